@@ -1,0 +1,102 @@
+"""The stream: small frozen dataclasses that the engine yields.
+
+The GUI worker, the CLI, the benchmark and the tests all consume this one stream, so everything a
+consumer shows (colours, ghost text, live statistics) must be derivable from these events alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class TokenFate(StrEnum):
+    ACCEPTED = "accepted"  # proposed by the drafter and verified by the target
+    CORRECTED = "corrected"  # the target's own token at the first rejected draft position
+    BONUS = "bonus"  # the target's extra token after every draft token was accepted
+    TARGET = "target"  # plain decoding: the step had no draft
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    index: int  # position in the reply, 0-based
+    token_id: int
+    text: str  # text this token completes; "" while a UTF-8 character is still open
+    fate: TokenFate
+    step: int
+    p: float | None = None  # target probability of the token (sampled runs)
+    q: float | None = None  # draft probability of the token (sampled runs, drafted tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    step: int
+    position: int  # reply index of the first token this step emitted
+    k: int  # draft length asked for this step
+    drafted: tuple[int, ...]  # what the drafter proposed (may be shorter than k: p-min cut, no n-gram)
+    accepted: int  # how many of `drafted` the target kept
+    rejected: tuple[int, ...]  # drafted[accepted:]: ghost text
+    rejected_text: str
+    emitted: int  # tokens this step added to the reply (accepted + correction/bonus, cut at a stop)
+    draft_ms: float
+    verify_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class GovernorEvent:
+    step: int
+    action: str  # "shrink", "grow", "disable"
+    k_before: int
+    k_after: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """Where a speculative greedy run parted from plain decoding, and how close the call was."""
+
+    position: int
+    plain_token: int
+    spec_token: int
+    margin: float  # the plain run's top-two logit gap at that position
+    near_tie: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationStats:
+    mode: str
+    n_prompt_tokens: int
+    n_tokens: int
+    tokens_per_second: float  # generated tokens / decode time (prefill excluded)
+    prompt_tokens_per_second: float
+    prefill_ms: float
+    decode_ms: float
+    draft_ms: float
+    verify_ms: float
+    other_ms: float  # Python bookkeeping: sampling, acceptance, detokenising
+    steps: int
+    drafted: int
+    accepted: int
+    acceptance_rate: float  # accepted / drafted
+    mean_accepted_length: float  # accepted draft tokens per step that drafted
+    tokens_per_step: float
+    per_position_acceptance: tuple[float, ...]  # P(accept at draft position i | reached i)
+    accepted_length_histogram: tuple[int, ...]  # steps that accepted 0, 1, 2, ... tokens
+    governor: tuple[GovernorEvent, ...]
+    finish_reason: str  # "stop" (end of generation), "length", "cancelled", "context"
+    final_k: int
+    speculation_active: bool  # False when the governor turned drafting off for the rest of the reply
+
+
+@dataclass(frozen=True, slots=True)
+class FinishEvent:
+    text: str
+    prompt_tokens: tuple[int, ...]
+    tokens: tuple[int, ...]
+    stats: GenerationStats
+    # Top-two logit margins of the target at each emitted position (greedy runs; used to judge
+    # whether a divergence from plain decoding sits on a floating-point near-tie).
+    margins: tuple[float, ...] = field(default=(), repr=False)
+
+
+Event = TokenEvent | StepEvent | GovernorEvent | FinishEvent
