@@ -1,0 +1,335 @@
+"""The one module that imports `llama_cpp`: models, contexts, batches, logits, tokenizer, logs.
+
+Everything here runs on the thread that owns the llama contexts (see `ui/worker.py`); none of it is
+thread-safe. ctypes releases the GIL inside `llama_decode`, so other Python threads keep running.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+LogSink = Callable[[int, str], None]
+
+# ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the previous line).
+_LEVEL_TO_LOGGING = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_sinks: list[LogSink] = []
+_sinks_lock = threading.Lock()
+_last_level = 2
+_backend_ready = False
+
+
+class LlamaError(RuntimeError):
+    """A llama.cpp call failed; the message says which call, on which file, and what to try."""
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    # GGML_LOG_LEVEL_CONT (5) continues the previous line at its level.
+    global _last_level
+    if level != 5:
+        _last_level = level
+    message = text.decode("utf-8", errors="replace")
+    with _sinks_lock:
+        sinks = list(_sinks)
+    for sink in sinks:
+        sink(_last_level, message)
+    if _LEVEL_TO_LOGGING.get(_last_level, logging.INFO) >= logging.WARNING:
+        log.warning("llama.cpp: %s", message.rstrip())
+
+
+def add_log_sink(sink: LogSink) -> None:
+    """Receive every llama.cpp log line as (ggml level, text); used to capture buffer reports."""
+    with _sinks_lock:
+        _sinks.append(sink)
+
+
+def remove_log_sink(sink: LogSink) -> None:
+    with _sinks_lock:
+        if sink in _sinks:
+            _sinks.remove(sink)
+
+
+def ensure_backend() -> None:
+    """Initialise llama.cpp once and route its logs through Python logging (quiet by default)."""
+    global _backend_ready
+    if _backend_ready:
+        return
+    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+    llama_cpp.llama_backend_init()
+    _backend_ready = True
+
+
+def supports_gpu_offload() -> bool:
+    ensure_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    ensure_backend()
+    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    path: Path
+    n_gpu_layers: int = -1  # -1: all layers (llama.cpp keeps them on the CPU when no GPU backend exists)
+    use_mmap: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ContextConfig:
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int = 0  # 0: one per physical core
+    flash_attn: bool = True
+    type_k: str = "f16"
+    type_v: str = "f16"
+
+
+_GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+
+
+def default_threads() -> int:
+    import psutil
+
+    return max(1, psutil.cpu_count(logical=False) or 1)
+
+
+class LlamaModel:
+    """A loaded GGUF: weights, vocabulary and chat template."""
+
+    def __init__(self, config: ModelConfig, progress: Callable[[float], bool] | None = None) -> None:
+        ensure_backend()
+        path = Path(config.path)
+        if not path.is_file():
+            raise LlamaError(f"Model file not found: {path}. Check the path or run `specchat models list`.")
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 999
+        if not config.use_mmap:
+            params.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
+        # Keep the ctypes callback alive for the duration of the load.
+        self._progress_cb = None
+        if progress is not None:
+
+            @llama_cpp.llama_progress_callback
+            def _cb(value: float, _data: ctypes.c_void_p) -> bool:
+                return bool(progress(value))
+
+            self._progress_cb = _cb
+            params.progress_callback = _cb
+        self.path = path
+        self.config = config
+        self._model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), params)
+        if not self._model:
+            raise LlamaError(
+                f"llama.cpp could not load {path}: the file is not a GGUF model it understands, is "
+                "truncated, or needs a newer llama.cpp. Run `specchat check-pair` or re-download it."
+            )
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self._model))
+        self.n_layer = int(llama_cpp.llama_model_n_layer(self._model))
+        self.bos = int(llama_cpp.llama_vocab_bos(self._vocab))
+        self.eos = int(llama_cpp.llama_vocab_eos(self._vocab))
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self._pieces: dict[int, bytes] = {}
+        self._eog = np.zeros(self.n_vocab, dtype=bool)
+        for token in range(self.n_vocab):
+            if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                self._eog[token] = True
+
+    @property
+    def handle(self) -> llama_cpp.llama_model_p:
+        return self._model
+
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def size_bytes(self) -> int:
+        return int(llama_cpp.llama_model_size(self._model))
+
+    def n_params(self) -> int:
+        return int(llama_cpp.llama_model_n_params(self._model))
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token])
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's raw text for a token (what llama.cpp's pair check compares)."""
+        raw = llama_cpp.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def piece(self, token: int) -> bytes:
+        """Bytes this token adds to the output (special tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        piece = buf.raw[: max(n, 0)]
+        self._pieces[token] = piece
+        return piece
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def close(self) -> None:
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+
+class LlamaContext:
+    """One sequence's KV cache on a model, with a reusable batch and logits access."""
+
+    def __init__(self, model: LlamaModel, config: ContextConfig) -> None:
+        self.model = model
+        self.config = config
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = config.n_ctx
+        params.n_batch = config.n_batch
+        params.n_ubatch = min(config.n_ubatch, config.n_batch)
+        params.n_seq_max = 1
+        threads = config.n_threads or default_threads()
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        for name, value in (("type_k", config.type_k), ("type_v", config.type_v)):
+            if value not in _GGML_TYPES:
+                raise LlamaError(f"Unknown KV cache type {value!r}; use one of {', '.join(_GGML_TYPES)}.")
+            setattr(params, name, _GGML_TYPES[value])
+        params.no_perf = True
+        self._ctx = llama_cpp.llama_init_from_model(model.handle, params)
+        if not self._ctx:
+            raise LlamaError(
+                f"llama.cpp could not create a context of {config.n_ctx} tokens for {model.path.name}: "
+                "probably out of memory. Lower the context size (-c) or the GPU layers (-ngl)."
+            )
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self.tokens: list[int] = []  # what the KV cache holds, position by position
+
+    def decode(self, tokens: Sequence[int], logits_for: str = "last") -> None:
+        """Append `tokens` at position n_past. `logits_for`: "last", "all" (one chunk only) or "none".
+
+        Logits are requested only for the rows that are needed: the 152k-wide output layer is a
+        large share of a small model's cost.
+        """
+        n = len(tokens)
+        if n == 0:
+            return
+        if logits_for == "all" and n > self.n_batch:
+            # llama.cpp aborts the process on an oversized batch; refuse before it gets there.
+            raise LlamaError(f"{n} rows with logits exceed n_batch={self.n_batch}")
+        if self.n_past + n > self.n_ctx:
+            raise ContextFullError(self.n_past + n, self.n_ctx)
+        start = 0
+        while start < n:
+            chunk = tokens[start : start + self.n_batch]
+            last_chunk = start + len(chunk) >= n
+            batch = self._batch
+            for i, token in enumerate(chunk):
+                batch.token[i] = token
+                batch.pos[i] = self.n_past + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = logits_for == "all" or (logits_for == "last" and last_chunk and i == len(chunk) - 1)
+            batch.n_tokens = len(chunk)
+            rc = llama_cpp.llama_decode(self._ctx, batch)
+            if rc != 0:
+                # Leave the cache as it was before this chunk: the caller's view stays consistent.
+                llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
+                raise LlamaError(f"llama_decode failed with code {rc} on {self.model.path.name} (KV cache full?)")
+            self.tokens.extend(chunk)
+            start += len(chunk)
+
+    def logits(self, row: int = -1) -> np.ndarray:
+        """A zero-copy view of the logits of batch row `row` of the last decode call (valid until the next)."""
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
+        if not ptr:
+            raise LlamaError(f"llama.cpp returned no logits for row {row} of the last batch")
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
+
+    def truncate(self, n_keep: int) -> None:
+        """Drop every cached position >= n_keep (the rollback after a rejected draft)."""
+        if n_keep < self.n_past:
+            llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1)
+            del self.tokens[n_keep:]
+
+    def clear(self) -> None:
+        llama_cpp.llama_memory_clear(self._mem, True)
+        self.tokens.clear()
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def keep_common_prefix(self, tokens: Sequence[int]) -> int:
+        """Drop the cache beyond its longest common prefix with `tokens`; return that prefix length."""
+        common = 0
+        limit = min(len(self.tokens), len(tokens))
+        while common < limit and self.tokens[common] == tokens[common]:
+            common += 1
+        self.truncate(common)
+        return common
+
+    def close(self) -> None:
+        if self._ctx:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+
+
+class ContextFullError(LlamaError):
+    def __init__(self, needed: int, n_ctx: int) -> None:
+        super().__init__(
+            f"The conversation needs {needed} tokens but the context holds {n_ctx}. "
+            "Start a new chat, shorten the prompt, or raise the context size (-c)."
+        )
+        self.needed = needed
+        self.n_ctx = n_ctx
