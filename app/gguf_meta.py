@@ -173,13 +173,17 @@ def _load(path: Path) -> _Parsed:
         raise GGUFError(f"{path}: cannot read the file ({e.strerror}); check its permissions") from None
     if path.is_dir():
         raise GGUFError(f"{path}: is a folder, not a GGUF file; pick the .gguf file inside it")
-    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)  # per alias: info.path is the caller's
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
             return hit
-    parsed = _parse(path, st.st_size)
+    try:
+        parsed = _parse(path, st.st_size)
+    except (ValueError, OverflowError, IndexError, KeyError, MemoryError) as e:
+        # parse_header checks every bound it knows of; anything else is still a corrupt file, not a crash.
+        raise GGUFError(f"{path}: corrupt GGUF header ({type(e).__name__}: {e}); download it again") from None
     with _cache_lock:
         _cache[key] = parsed
         while len(_cache) > _CACHE_SIZE:
@@ -234,7 +238,7 @@ class _Keys:
             )
         return value
 
-    def int(self, key: str, low: int, high: int, default: Any = _REQUIRED) -> int:
+    def bounded(self, key: str, low: int, high: int, default: Any = _REQUIRED) -> int:
         value: int = self.get(key, int, default)
         if not low <= value <= high:
             raise GGUFError(
@@ -249,9 +253,9 @@ def _build(path: Path, file_size: int, header: Header, token_blob: bytes) -> _Pa
     arch = k.get("general.architecture", str)
     if arch == "clip":
         raise GGUFError(f"{path}: a vision projector (mmproj), not a language model; pick the main model")
-    n_embd = k.int(f"{arch}.embedding_length", 1, _MAX_EMBD)
-    n_head = k.int(f"{arch}.attention.head_count", 0, _MAX_HEADS, 0)
-    hd_k = k.int(f"{arch}.attention.key_length", 0, _MAX_EMBD, n_embd // n_head if n_head else 0)
+    n_embd = k.bounded(f"{arch}.embedding_length", 1, _MAX_EMBD)
+    n_head = k.bounded(f"{arch}.attention.head_count", 0, _MAX_HEADS, 0)
+    hd_k = k.bounded(f"{arch}.attention.key_length", 0, _MAX_EMBD, n_embd // n_head if n_head else 0)
 
     tok_model = k.get("tokenizer.ggml.model", str)
     tokens: ArrayRef = k.get("tokenizer.ggml.tokens", ArrayRef)
@@ -282,13 +286,13 @@ def _build(path: Path, file_size: int, header: Header, token_blob: bytes) -> _Pa
         name=k.get("general.name", str, None) or path.stem,
         n_params=sum(math.prod(t.shape) for t in tensors),
         file_type=quant_label(header.fields, tensors),
-        context_length=k.int(f"{arch}.context_length", 1, _MAX_CONTEXT),
-        n_layer=k.int(f"{arch}.block_count", 1, _MAX_LAYERS),
+        context_length=k.bounded(f"{arch}.context_length", 1, _MAX_CONTEXT),
+        n_layer=k.bounded(f"{arch}.block_count", 1, _MAX_LAYERS),
         n_embd=n_embd,
         n_head=n_head,
-        n_head_kv=k.int(f"{arch}.attention.head_count_kv", 0, _MAX_HEADS, n_head),
+        n_head_kv=k.bounded(f"{arch}.attention.head_count_kv", 0, _MAX_HEADS, n_head),
         head_dim_k=hd_k,
-        head_dim_v=k.int(f"{arch}.attention.value_length", 0, _MAX_EMBD, hd_k),
+        head_dim_v=k.bounded(f"{arch}.attention.value_length", 0, _MAX_EMBD, hd_k),
         vocab_size=n_vocab,
         vocab_type=vocab_type,
         tokenizer_model=tok_model,

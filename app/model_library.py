@@ -61,22 +61,25 @@ def default_folders() -> list[Path]:
 def list_models(
     folders: Iterable[str | os.PathLike[str]] | None = None,
     *,
-    recursive: bool = True,
+    extra_folders: Iterable[str | os.PathLike[str]] = (),
     files: Iterable[str | os.PathLike[str]] = (),
+    recursive: bool = True,
 ) -> list[LibraryEntry]:
-    """GGUF files under `folders` (default: the models folder) plus explicit `files` (drag and drop).
+    """GGUF files under `folders` (default: the models folder), `extra_folders` (added by the user)
+    and explicit `files` (drag and drop), each real file once, readable ones first.
 
-    A missing default models folder is simply empty (it is created on first download); a missing or
-    unreadable folder the user added is reported as an entry with an error.
+    A missing base folder is simply empty (the models folder appears with the first download); a
+    missing or unreadable folder the user added becomes an entry with an error.
     """
-    explicit = folders is not None
+    base = [(Path(f).expanduser(), False) for f in (default_folders() if folders is None else folders)]
     entries: list[LibraryEntry] = []
     seen: set[str] = set()
-    candidates: list[Path] = [Path(f) for f in files]
-    for folder in (Path(f).expanduser() for f in (folders if explicit else default_folders())):
-        if not folder.exists():
-            if explicit:
-                entries.append(LibraryEntry(folder, 0, error=f"{folder}: folder does not exist"))
+    candidates: list[Path] = [Path(f).expanduser() for f in files]
+    for folder, added in base + [(Path(f).expanduser(), True) for f in extra_folders]:
+        if not folder.is_dir():
+            if added:
+                what = "is not a folder" if folder.exists() else "folder does not exist"
+                entries.append(LibraryEntry(folder, 0, error=f"{folder}: {what}"))
             continue
         found, problem = _scan(folder, recursive)
         candidates.extend(found)

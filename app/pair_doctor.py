@@ -28,6 +28,8 @@ USEFUL_RATIO = (1 / 10, 1 / 4)  # draft/target parameter ratio where speculation
 
 @dataclass(frozen=True)
 class Finding:
+    """One sentence, without a final period: callers embed it ("...: {reason}. Pick ...")."""
+
     severity: Severity
     code: str  # stable identifier for tests and the GUI (e.g. "token-text", "vocab-size")
     message: str
@@ -93,7 +95,7 @@ def _vocab_rules(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
                 "blocks",
                 "vocab-type",
                 f"Tokenizer types differ: target {t.vocab_type} ({t.tokenizer_model}) vs "
-                f"draft {d.vocab_type} ({d.tokenizer_model}).",
+                f"draft {d.vocab_type} ({d.tokenizer_model})",
             )
         )
     if t.add_bos != d.add_bos or (t.add_bos and t.bos_id != d.bos_id):
@@ -102,7 +104,7 @@ def _vocab_rules(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
                 "blocks",
                 "bos",
                 f"BOS handling differs: target adds BOS={t.add_bos} (id {t.bos_id}) vs "
-                f"draft adds BOS={d.add_bos} (id {d.bos_id}).",
+                f"draft adds BOS={d.add_bos} (id {d.bos_id})",
             )
         )
     if t.add_eos != d.add_eos or (t.add_eos and t.eos_id != d.eos_id):
@@ -111,7 +113,7 @@ def _vocab_rules(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
                 "blocks",
                 "eos",
                 f"EOS handling differs: target adds EOS={t.add_eos} (id {t.eos_id}) vs "
-                f"draft adds EOS={d.add_eos} (id {d.eos_id}).",
+                f"draft adds EOS={d.add_eos} (id {d.eos_id})",
             )
         )
     elif t.eos_id != d.eos_id:
@@ -120,7 +122,7 @@ def _vocab_rules(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
                 "warns",
                 "eos-id",
                 f"End-of-sequence tokens differ (target {t.eos_id}, draft {d.eos_id}): the draft "
-                "may not predict the end of a reply.",
+                "may not predict the end of a reply",
             )
         )
     if abs(t.vocab_size - d.vocab_size) > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
@@ -129,7 +131,7 @@ def _vocab_rules(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
                 "blocks",
                 "vocab-size",
                 f"vocab sizes {t.vocab_size:,} vs {d.vocab_size:,} (at most "
-                f"{SPEC_VOCAB_MAX_SIZE_DIFFERENCE} apart allowed).",
+                f"{SPEC_VOCAB_MAX_SIZE_DIFFERENCE} apart allowed)",
             )
         )
     elif t.vocab_size != d.vocab_size:
@@ -138,13 +140,13 @@ def _vocab_rules(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
                 "informs",
                 "vocab-size",
                 f"vocab sizes {t.vocab_size:,} vs {d.vocab_size:,}: within llama.cpp's tolerance "
-                f"of {SPEC_VOCAB_MAX_SIZE_DIFFERENCE}.",
+                f"of {SPEC_VOCAB_MAX_SIZE_DIFFERENCE}",
             )
         )
     mismatch = _first_token_mismatch(t, d)
     if mismatch is not None:
         i, a, b = mismatch
-        out.append(Finding("blocks", "token-text", f"token {i:,} differs: {_q(a)} vs {_q(b)}."))
+        out.append(Finding("blocks", "token-text", f"token {i:,} differs: {_q(a)} vs {_q(b)}"))
     return out
 
 
@@ -175,17 +177,17 @@ def _extras(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
             Finding(
                 "warns",
                 "same-file",
-                "Target and draft are the same file: every draft is accepted but nothing is gained.",
+                "Target and draft are the same file: every draft is accepted but nothing is gained",
             )
         ]
     if t.architecture == d.architecture:
-        out.append(Finding("informs", "architecture", f"Both models are {t.architecture}."))
+        out.append(Finding("informs", "architecture", f"Both models are {t.architecture}"))
     elif family(t.architecture) == family(d.architecture):
         out.append(
             Finding(
                 "informs",
                 "architecture",
-                f"Architectures {t.architecture} and {d.architecture} are from the same family.",
+                f"Architectures {t.architecture} and {d.architecture} are from the same family",
             )
         )
     else:
@@ -194,7 +196,7 @@ def _extras(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
                 "warns",
                 "architecture",
                 f"Architectures differ ({t.architecture} vs {d.architecture}): models from different "
-                "families rarely predict each other well.",
+                "families rarely predict each other well",
             )
         )
     out.extend(_template_findings(t.chat_template, d.chat_template))
@@ -204,7 +206,7 @@ def _extras(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
                 "warns",
                 "context",
                 f"The draft's context ({d.context_length:,} tokens) is shorter than the target's "
-                f"({t.context_length:,}): speculation stops past {d.context_length:,} tokens.",
+                f"({t.context_length:,}): speculation stops past {d.context_length:,} tokens",
             )
         )
     out.extend(_size_findings(t, d))
@@ -224,7 +226,7 @@ def _template_findings(a: str | None, b: str | None) -> list[Finding]:
                 "warns",
                 "chat-template",
                 f"The {which} has no chat template: its prompts are formatted for the other model, "
-                "which lowers acceptance.",
+                "which lowers acceptance",
             )
         ]
     # Re-uploads often differ in a comment or the tool-call prose; only a different turn format hurts.
@@ -235,7 +237,7 @@ def _template_findings(a: str | None, b: str | None) -> list[Finding]:
             Finding(
                 "informs",
                 "chat-template",
-                "Chat templates differ only in details (same turn markers); acceptance is unaffected.",
+                "Chat templates differ only in details (same turn markers); acceptance is unaffected",
             )
         ]
     return [
@@ -243,7 +245,7 @@ def _template_findings(a: str | None, b: str | None) -> list[Finding]:
             "warns",
             "chat-template",
             "Chat templates differ: the draft sees prompts formatted for another model, which "
-            "lowers acceptance.",
+            "lowers acceptance",
         )
     ]
 
@@ -262,7 +264,7 @@ def _size_findings(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
                 "warns",
                 "size",
                 f"The draft is less than {MIN_SIZE_FACTOR:.0f}x smaller than the target: {sizes}; "
-                "each draft token costs too much of a target step to gain much.",
+                "each draft token costs too much of a target step to gain much",
             )
         ]
     low, high = USEFUL_RATIO
@@ -271,15 +273,15 @@ def _size_findings(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
             Finding(
                 "informs",
                 "size",
-                f"A very small draft: {sizes}; cheap, but it may agree with the target less often.",
+                f"A very small draft: {sizes}; cheap, but it may agree with the target less often",
             )
         ]
     note = "in" if ratio <= high else "near"
-    return [Finding("informs", "size", f"{sizes}: {note} the useful range of 1/4 to 1/10.")]
+    return [Finding("informs", "size", f"{sizes}: {note} the useful range of 1/4 to 1/10")]
 
 
 def _params(n: int) -> str:
-    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -26,6 +26,7 @@ DEFAULT_INDEX = "https://pypi.org/simple/"
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 _CHUNK = 1 << 20
 _RETRIES = 3
+_BACKOFF_S = 1.5  # times the attempt number
 _TIMEOUT = 60.0
 
 Progress = Callable[[int, int], None]  # bytes done, bytes total
@@ -112,7 +113,7 @@ def download(
                     f"{file.filename}: download failed ({_why(e)}); what was downloaded is kept, "
                     "run the command again to resume"
                 ) from None
-            time.sleep(1.5 * (attempt + 1))
+            time.sleep(_BACKOFF_S * (attempt + 1))
     if file.sha256:
         actual = sha256_file(part)
         if actual != file.sha256.lower():

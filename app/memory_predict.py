@@ -1,0 +1,424 @@
+"""Predict what llama.cpp allocates for one model, per buffer and per device, before loading it.
+
+Every rule below is read from the vendored llama.cpp of llama-cpp-python 0.3.36 and checked against
+its own buffer report (see docs/MEMORY.md and tests/test_memory.py):
+
+* Layers: `i_gpu_start = max(n_layer + 1 - n_gpu_layers, 0)`; repeating layer `il` and the output
+  layer (`il = n_layer`) go to a GPU when `il >= i_gpu_start`, so the output layer is offloaded
+  first. The input layer (token embeddings) always stays on the CPU. Layers are spread over several
+  GPUs in proportion to their free memory (llama-model.cpp, `load_tensors`).
+* CPU weights are an mmap of the file: the `CPU_Mapped` buffer spans the first to the last byte of
+  the CPU-resident tensors. A CPU-only build also repacks the matrices of types its kernels
+  interleave (Q4_0, Q4_K, IQ4_NL, MXFP4 on AVX2; more on Arm) into a `CPU_REPACK` copy. A GPU build
+  picks the GPU's host buffer type first for CPU layers and, with mmap, falls back to the plain CPU
+  buffer: no repack there.
+* Tied embeddings: the output layer reuses `token_embd`; where the output layer's buffer type differs
+  from the input's (GPU, or CPU_REPACK) the matrix is duplicated there.
+* GPU weights (CUDA rules): each tensor padded to 128 bytes, quantised rows padded to 512 elements.
+* KV cache: `n_ctx` rounded up to 256 cells x layers x (K + V row bytes of the cache type), each
+  layer's cache on its layer's device.
+* Output buffer: `max(n_outputs, n_seq_max) x n_vocab x 4` bytes in host memory (llama.cpp reserves
+  one row at load time and grows it to the largest logits request).
+* Compute buffer: the peak of ggml-alloc's worst-case graph (a ubatch of `min(n_ctx, n_ubatch)`
+  tokens), the largest of three phases (see `_compute_phases`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from app.gguf_meta import GGUFInfo, TensorInfo
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+BufferKind = Literal["model", "repack", "kv", "output", "compute", "overhead"]
+KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+# CPU types the repack kernels interleave on x86 with AVX2 (ggml-cpu/repack.cpp, rows % 8 == 0).
+REPACK_X86 = frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"})
+REPACK_ARM_I8MM = frozenset({"Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "MXFP4", "Q8_0"})
+_TENSOR_ALIGN_CPU = 32
+_GPU_ALIGN = 128
+_GPU_ROW_PAD = 512
+_KV_PAD = 256
+# Device memory a GPU runtime takes per process beyond llama.cpp's buffers (context, cuBLAS/hipBLAS
+# workspaces, kernels). Estimates, shared by target and draft (they live in one process).
+RUNTIME_OVERHEAD = {"cuda": 400 * MiB, "hip": 400 * MiB, "sycl": 300 * MiB, "vulkan": 150 * MiB,
+                    "metal": 0, "cpu": 0}
+
+
+class PredictionError(ValueError):
+    """The metadata or the settings cannot give a meaningful prediction; the message says why."""
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str  # llama.cpp device name, e.g. "CUDA0"
+    free_bytes: int  # used to split layers between several GPUs, as llama.cpp does
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What the llama.cpp build does with memory: its GPUs and its CPU repack kernels."""
+
+    gpus: tuple[GpuSpec, ...] = ()
+    runtime: str = "cpu"  # "cuda", "hip", "metal", "vulkan", "sycl" or "cpu"
+    repack_types: frozenset[str] = REPACK_X86
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.gpus)
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    n_gpu_layers: int = 0  # llama.cpp's -ngl; negative means all layers (n_layer + 1)
+    n_ctx: int = 4096  # 0: the model's training context
+    type_k: str = "f16"
+    type_v: str = "f16"
+    flash_attn: bool = True  # llama.cpp's "auto" resolves to on for CPU, CUDA, Metal and Vulkan
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_outputs_max: int = 0  # 0: n_batch (llama.cpp's default), the logits rows of the worst-case graph
+    n_outputs: int = 1  # largest logits request at run time (K + 1 when verifying K draft tokens)
+    n_seq_max: int = 1
+    use_mmap: bool = True
+    offload_kqv: bool = True
+    op_offload: bool = True  # GPU builds: large batches of CPU-resident matrices run on the GPU
+
+
+@dataclass(frozen=True)
+class Buffer:
+    kind: BufferKind
+    device: str  # "CPU" or a GPU name
+    bytes: int
+    label: str  # llama.cpp's buffer name where it has one, e.g. "CPU_REPACK"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where llama.cpp puts each layer for a given n_gpu_layers."""
+
+    n_layer: int
+    n_gpu_layers: int
+    i_gpu_start: int
+    layer_device: tuple[str, ...]  # per repeating layer
+    output_device: str
+
+    @property
+    def gpu_repeating_layers(self) -> int:
+        return sum(d != "CPU" for d in self.layer_device)
+
+    @property
+    def output_on_gpu(self) -> bool:
+        return self.output_device != "CPU"
+
+
+@dataclass(frozen=True)
+class ModelPrediction:
+    role: str
+    path: str
+    n_layer: int
+    n_ctx: int  # after llama.cpp's rounding
+    placement: Placement
+    buffers: tuple[Buffer, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def _sum(self, *kinds: str, device: str | None = None) -> int:
+        return sum(b.bytes for b in self.buffers if b.kind in kinds and (device is None or b.device == device))
+
+    @property
+    def weights_bytes(self) -> int:
+        return self._sum("model", "repack")
+
+    @property
+    def kv_bytes(self) -> int:
+        return self._sum("kv")
+
+    @property
+    def compute_bytes(self) -> int:
+        return self._sum("compute")
+
+    @property
+    def output_bytes(self) -> int:
+        return self._sum("output")
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(b.bytes for b in self.buffers)
+
+    def device_bytes(self, device: str) -> int:
+        return sum(b.bytes for b in self.buffers if b.device == device)
+
+    def devices(self) -> list[str]:
+        return sorted({b.device for b in self.buffers}, key=lambda d: (d != "CPU", d))
+
+
+def placement(n_layer: int, n_gpu_layers: int, gpus: Sequence[GpuSpec] = ()) -> Placement:
+    """llama.cpp's layer assignment: the output layer is offloaded first, the input layer never."""
+    if n_layer <= 0:
+        raise PredictionError(f"a model needs at least one layer, not {n_layer}")
+    ngl = n_layer + 1 if n_gpu_layers < 0 else n_gpu_layers
+    i_gpu_start = max(n_layer + 1 - ngl, 0)
+    act = min(ngl, n_layer + 1) if gpus else 0
+    splits = _split_points(gpus)
+
+    def device(il: int) -> str:
+        if il < i_gpu_start or il - i_gpu_start >= act:
+            return "CPU"
+        frac = (il - i_gpu_start) / act
+        index = next((i for i, s in enumerate(splits) if frac < s), len(splits) - 1)
+        return gpus[index].name
+
+    return Placement(n_layer, ngl, i_gpu_start, tuple(device(il) for il in range(n_layer)), device(n_layer))
+
+
+def _split_points(gpus: Sequence[GpuSpec]) -> list[float]:
+    weights = [max(g.free_bytes, 0) for g in gpus]
+    total = sum(weights)
+    if total <= 0:
+        weights, total = [1] * len(gpus), max(len(gpus), 1)
+    points, acc = [], 0
+    for w in weights:
+        acc += w
+        points.append(acc / total)
+    return points
+
+
+def kv_row_bytes(cache_type: str, n_elements: int) -> int:
+    try:
+        qtype = GGMLQuantizationType[cache_type.upper()]
+    except KeyError:
+        raise PredictionError(f"unknown KV cache type {cache_type!r}; use one of {', '.join(KV_TYPES)}") from None
+    block, size = GGML_QUANT_SIZES[qtype]
+    if n_elements % block:
+        raise PredictionError(f"KV cache type {cache_type} needs rows that are a multiple of {block} values, "
+                              f"this model's are {n_elements}; use f16 or q8_0")
+    return n_elements // block * size
+
+
+def predict_model(info: GGUFInfo, settings: ModelSettings, build: BuildSpec = BuildSpec(),
+                  role: str = "model") -> ModelPrediction:
+    """Every buffer llama.cpp will allocate for this model with these settings on this build."""
+    shape = _Shape.from_info(info)
+    _check_settings(settings)
+    place = placement(shape.n_layer, settings.n_gpu_layers, build.gpus)
+    n_ctx_req = settings.n_ctx or shape.n_ctx_train
+    n_ctx = _pad(n_ctx_req, _KV_PAD)
+    buffers: list[Buffer] = []
+    notes: list[str] = []
+    buffers += _weight_buffers(shape, place, settings, build)
+
+    # KV cache: one K and one V row of n_ctx cells per layer, on the layer's device.
+    k_row = kv_row_bytes(settings.type_k, shape.n_embd_k_gqa)
+    v_row = kv_row_bytes(settings.type_v, shape.n_embd_v_gqa)
+    kv_per_layer = (k_row + v_row) * n_ctx  # n_ctx cells in all, however many sequences share them
+    kv: dict[str, int] = {}
+    for dev in place.layer_device:
+        dev = dev if settings.offload_kqv else "CPU"
+        kv[dev] = kv.get(dev, 0) + kv_per_layer
+    buffers += [Buffer("kv", d, b, f"{d} KV") for d, b in kv.items()]
+
+    n_out = max(settings.n_outputs, settings.n_seq_max, 1)
+    buffers.append(Buffer("output", "CPU", n_out * shape.n_vocab * 4, "output (logits)"))
+
+    peak = _compute_peak(shape, settings, n_ctx_req, n_ctx)
+    if not build.has_gpu:
+        buffers.append(Buffer("compute", "CPU", peak, "CPU compute"))
+    else:
+        # Unverified on a GPU here: the worst-case graph runs where the layers are, and with op_offload
+        # large batches of CPU-resident matrices run on the GPU too, one copied matrix at a time.
+        on_gpu = place.output_on_gpu or place.gpu_repeating_layers > 0
+        cpu_weights = [t for t in shape.tensors if _tensor_device(t, shape, place) == "CPU" and t.is_matmul]
+        copy = max((_gpu_alloc(t.info) for t in cpu_weights), default=0) if settings.op_offload else 0
+        gpu = place.output_device if place.output_on_gpu else build.gpus[0].name
+        if on_gpu or settings.op_offload:
+            buffers.append(Buffer("compute", gpu, peak + copy, f"{gpu} compute"))
+        host = 2 * shape.n_embd * _n_tokens(settings, n_ctx_req, n_ctx) * 4
+        buffers.append(Buffer("compute", "CPU", host if on_gpu else peak, "CPU host compute"))
+        notes.append("GPU figures follow llama.cpp's CUDA rules; they are not measured on this machine")
+    return ModelPrediction(role, str(info.path), shape.n_layer, n_ctx, place, tuple(buffers), tuple(notes))
+
+
+def _check_settings(s: ModelSettings) -> None:
+    for name in ("n_ctx", "n_outputs_max", "n_outputs"):
+        if getattr(s, name) < 0:
+            raise PredictionError(f"{name} must not be negative (got {getattr(s, name)})")
+    for name in ("n_batch", "n_ubatch", "n_seq_max"):
+        if getattr(s, name) < 1:
+            raise PredictionError(f"{name} must be at least 1 (got {getattr(s, name)})")
+    if s.n_ctx > 1 << 24:
+        raise PredictionError(f"context {s.n_ctx:,} is beyond anything llama.cpp can allocate")
+
+
+def _pad(x: int, n: int) -> int:
+    return (x + n - 1) // n * n
+
+
+def _n_tokens(s: ModelSettings, n_ctx_req: int, n_ctx: int) -> int:
+    n_batch = min(n_ctx_req, s.n_batch)  # llama.cpp clamps the batch before padding the context
+    return min(n_ctx, min(n_batch, s.n_ubatch))
+
+
+def _compute_peak(shape: _Shape, s: ModelSettings, n_ctx_req: int, n_ctx: int) -> int:
+    return max(_compute_phases(shape, s, n_ctx_req, n_ctx).values())
+
+
+def _compute_phases(shape: _Shape, s: ModelSettings, n_ctx_req: int, n_ctx: int) -> dict[str, int]:
+    """Peak live bytes of the worst-case graph in its three phases (fitted to ggml-alloc's layout).
+
+    E, F, G: one ubatch of hidden states, FFN activations and K (or V) projections, in f32. The
+    KQ mask (f16 with flash attention, else f32) lives through every layer. Without flash attention
+    the n_kv x n_tokens x n_head score matrix dominates at long contexts. The last phase holds the
+    logits of `n_outputs_max` rows; it carries one more E of fragmentation unless flash attention
+    runs on an f16 cache.
+    """
+    n_tok = _n_tokens(s, n_ctx_req, n_ctx)
+    n_out = min(n_tok, s.n_outputs_max or min(n_ctx_req, s.n_batch))
+    e, f = shape.n_embd * n_tok * 4, shape.n_ff * n_tok * 4
+    g = (shape.n_embd_k_gqa + shape.n_embd_v_gqa) * n_tok * 4
+    mask = n_ctx * n_tok * (2 if s.flash_attn else 4)
+    scores = 0 if s.flash_attn else n_ctx * n_tok * shape.n_head * 4
+    frag = 0 if s.flash_attn and s.type_k == s.type_v == "f16" else e
+    small = 4 * n_tok * 4
+    return {
+        "attention": mask + scores + 5 * e + g + small,
+        "ffn": mask + 3 * f + 4 * e + small,
+        "logits": (shape.n_vocab + 2 * shape.n_embd) * n_out * 4 + frag + small,
+    }
+
+
+_BLK = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    info: TensorInfo
+    layer: int  # -1 input, n_layer output, else repeating layer
+    is_matmul: bool
+
+
+@dataclass(frozen=True)
+class _Shape:
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_embd_k_gqa: int
+    n_embd_v_gqa: int
+    n_vocab: int
+    n_ctx_train: int
+    tied: bool
+    token_embd: TensorInfo | None
+    tensors: tuple[_Tensor, ...]
+
+    @classmethod
+    def from_info(cls, info: GGUFInfo) -> _Shape:
+        where = f"{info.path}"
+        n_layer, n_embd, n_head, n_head_kv = info.n_layer, info.n_embd, info.n_head, info.n_head_kv
+        if n_head <= 0:
+            raise PredictionError(f"{where}: metadata gives {n_head} attention heads; the KV cache and the "
+                                  "attention buffers cannot be sized; the file is not a usable chat model")
+        if not 0 < n_head_kv <= n_head:
+            raise PredictionError(f"{where}: {n_head_kv} KV heads for {n_head} attention heads is impossible; "
+                                  "the file's metadata is corrupt")
+        if info.head_dim_k <= 0 or info.head_dim_v <= 0:
+            raise PredictionError(f"{where}: head size {info.head_dim_k}/{info.head_dim_v} is not positive; "
+                                  "the file's metadata is corrupt")
+        if info.vocab_size <= 0:
+            raise PredictionError(f"{where}: the vocabulary is empty")
+        tensors: list[_Tensor] = []
+        max_blk = -1
+        for t in info.tensors:
+            if t.n_bytes < 0 or any(d <= 0 for d in t.shape):
+                raise PredictionError(f"{where}: tensor {t.name} has shape {t.shape}; the file is corrupt")
+            m = _BLK.match(t.name)
+            if m:
+                layer = int(m.group(1))
+                max_blk = max(max_blk, layer)
+                if layer >= n_layer:
+                    raise PredictionError(f"{where}: tensor {t.name} lies beyond the {n_layer} layers the "
+                                          "metadata declares; the file is corrupt")
+            elif t.name.startswith(("output.", "output_norm.")):
+                layer = n_layer
+            else:
+                layer = -1
+            matmul = (len(t.shape) >= 2 and t.name.endswith(".weight") and "norm" not in t.name
+                      and t.name != "token_embd.weight")
+            tensors.append(_Tensor(t, layer, matmul))
+        if max_blk + 1 != n_layer:
+            raise PredictionError(f"{where}: the metadata declares {n_layer} layers but the tensor table holds "
+                                  f"{max_blk + 1}; the file is corrupt or truncated")
+        n_ff = _n_ff(info)
+        token_embd = next((t for t in info.tensors if t.name == "token_embd.weight"), None)
+        return cls(n_layer, n_embd, n_ff, n_head, n_head_kv * info.head_dim_k, n_head_kv * info.head_dim_v,
+                   info.vocab_size, info.context_length, info.tied_embeddings, token_embd, tuple(tensors))
+
+
+def _n_ff(info: GGUFInfo) -> int:
+    value = info.metadata.get(f"{info.architecture}.feed_forward_length")
+    if isinstance(value, list):
+        value = max(value) if value else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    up = next((t for t in info.tensors if t.name == "blk.0.ffn_up.weight"), None)
+    if up is not None and len(up.shape) >= 2:
+        return int(up.shape[1])
+    return 4 * info.n_embd  # no FFN width anywhere: the usual ratio, only sizes a small buffer
+
+
+def _tensor_device(t: _Tensor, shape: _Shape, place: Placement) -> str:
+    if t.layer < 0:
+        return "CPU"
+    if t.layer == shape.n_layer:
+        return place.output_device
+    return place.layer_device[t.layer]
+
+
+def _repackable(t: TensorInfo, build: BuildSpec) -> bool:
+    return t.type in build.repack_types and len(t.shape) >= 2 and t.shape[1] % 8 == 0
+
+
+def _gpu_alloc(t: TensorInfo) -> int:
+    size = t.n_bytes
+    block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType[t.type]]
+    if block > 1 and t.shape[0] % _GPU_ROW_PAD:
+        size += (_GPU_ROW_PAD - t.shape[0] % _GPU_ROW_PAD) // block * type_size
+    return _pad(size, _GPU_ALIGN)
+
+
+def _weight_buffers(shape: _Shape, place: Placement, s: ModelSettings, build: BuildSpec) -> list[Buffer]:
+    cpu_plain: list[TensorInfo] = []
+    repack = 0
+    gpu: dict[str, int] = {}
+    for t in shape.tensors:
+        dev = _tensor_device(t, shape, place)
+        if dev != "CPU":
+            gpu[dev] = gpu.get(dev, 0) + _gpu_alloc(t.info)
+        elif not build.has_gpu and t.is_matmul and _repackable(t.info, build):
+            repack += _pad(t.info.n_bytes, _TENSOR_ALIGN_CPU)
+        else:
+            cpu_plain.append(t.info)
+    emb = shape.token_embd
+    if shape.tied and emb is not None:
+        # The output layer multiplies by token_embd: a copy wherever its buffer type differs.
+        if place.output_on_gpu:
+            gpu[place.output_device] = gpu.get(place.output_device, 0) + _gpu_alloc(emb)
+        elif not build.has_gpu and _repackable(emb, build):
+            repack += _pad(emb.n_bytes, _TENSOR_ALIGN_CPU)
+    out: list[Buffer] = []
+    if cpu_plain:
+        if s.use_mmap:
+            span = max(t.offset + t.n_bytes for t in cpu_plain) - min(t.offset for t in cpu_plain)
+            out.append(Buffer("model", "CPU", span, "CPU_Mapped"))
+        else:
+            out.append(Buffer("model", "CPU", sum(_pad(t.n_bytes, _TENSOR_ALIGN_CPU) for t in cpu_plain), "CPU"))
+    if repack:
+        out.append(Buffer("repack", "CPU", repack, "CPU_REPACK"))
+    out += [Buffer("model", d, b, d) for d, b in gpu.items()]
+    return out
