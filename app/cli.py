@@ -38,6 +38,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("-c", "--ctx-size", type=int, default=None, help="context size in tokens")
     g.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     g.add_argument("--no-flash-attn", action="store_true", help="turn flash attention off")
+    g.add_argument("--repack", action="store_true", help="repack CPU weights: faster prompts, but verify "
+                   "batches then round differently from one-token steps (near-ties may flip)")
 
 
 def add_generation_args(parser: argparse.ArgumentParser) -> None:
@@ -90,6 +92,7 @@ def pair_config(args: argparse.Namespace, settings: settings_mod.Settings, targe
         n_ctx=int(_pick(args.ctx_size, cfg.n_ctx)),  # type: ignore[call-overload]
         n_threads=int(_pick(args.threads, cfg.n_threads)),  # type: ignore[call-overload]
         flash_attn=cfg.flash_attn and not args.no_flash_attn,
+        repack=cfg.repack or args.repack,
     )
 
 

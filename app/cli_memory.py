@@ -31,24 +31,53 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     mem = subparsers.add_parser("memory", help="predict the memory of a target + draft pair, per device")
     mem.add_argument("-m", "--model", required=True, metavar="TARGET", help="target GGUF")
     mem.add_argument("-md", "--model-draft", metavar="DRAFT", help="draft GGUF")
-    mem.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1, metavar="N",
-                     help="target layers on the GPU (-1: all, the default)")
-    mem.add_argument("-ngld", "--n-gpu-layers-draft", type=int, default=-1, metavar="N",
-                     help="draft layers on the GPU (-1: all, the default)")
-    mem.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size (0: the model's)")
-    mem.add_argument("-cd", "--ctx-size-draft", type=int, default=0, metavar="N", help="draft context (0: as -c)")
+    mem.add_argument(
+        "-ngl",
+        "--n-gpu-layers",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="target layers on the GPU (-1: all, the default)",
+    )
+    mem.add_argument(
+        "-ngld",
+        "--n-gpu-layers-draft",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="draft layers on the GPU (-1: all, the default)",
+    )
+    mem.add_argument(
+        "-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size (0: the model's)"
+    )
+    mem.add_argument(
+        "-cd", "--ctx-size-draft", type=int, default=0, metavar="N", help="draft context (0: as -c)"
+    )
     mem.add_argument("-b", "--batch-size", type=int, default=512, metavar="N")
     mem.add_argument("-ub", "--ubatch-size", type=int, default=512, metavar="N")
     mem.add_argument("-ctk", "--cache-type-k", default="f16", metavar="TYPE")
     mem.add_argument("-ctv", "--cache-type-v", default="f16", metavar="TYPE")
     mem.add_argument("-fa", "--flash-attn", choices=("on", "off"), default="on")
-    mem.add_argument("--draft-max", type=int, default=16, metavar="K",
-                     help="draft tokens per step: the target's logits buffer grows to K+1 rows")
-    mem.add_argument("--margin", type=float, default=DEFAULT_MARGIN / GiB, metavar="GIB",
-                     help="free memory to keep on every device (default 1 GiB)")
+    mem.add_argument(
+        "--draft-max",
+        type=int,
+        default=16,
+        metavar="K",
+        help="draft tokens per step: the target's logits buffer grows to K+1 rows",
+    )
+    mem.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN / GiB,
+        metavar="GIB",
+        help="free memory to keep on every device (default 1 GiB)",
+    )
     mem.add_argument("--fit", action="store_true", help="choose -ngl, -ngld and if needed a smaller context")
-    mem.add_argument("--measure", action="store_true",
-                     help="load the models (one at a time) and show llama.cpp's measured buffers beside the prediction")
+    mem.add_argument(
+        "--measure",
+        action="store_true",
+        help="load the models (one at a time) and show llama.cpp's measured buffers beside the prediction",
+    )
     mem.add_argument("--json", action="store_true", help="print one JSON object")
     mem.set_defaults(func=_cmd_memory)
 
@@ -67,20 +96,31 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         "cpu_features": sorted(caps.cpu_features),
         "system_info": caps.system_info,
         "llama_cpp_python": _llama_version(),
-        "devices": [{"name": d.name, "description": d.description, "type": d.type,
-                     "free_bytes": d.free_bytes, "total_bytes": d.total_bytes} for d in devices],
+        "devices": [
+            {
+                "name": d.name,
+                "description": d.description,
+                "type": d.type,
+                "free_bytes": d.free_bytes,
+                "total_bytes": d.total_bytes,
+            }
+            for d in devices
+        ],
         "ram": {"available_bytes": int(vm.available), "total_bytes": int(vm.total)},
         "budget": "gpu" if any(d.type in ("gpu", "igpu") for d in devices) else "ram",
     }
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    print(f"llama-cpp-python {data['llama_cpp_python']}: GPU offload {'supported' if caps.gpu_offload else 'not built in'}")
+    offload = "supported" if caps.gpu_offload else "not built in"
+    print(f"llama-cpp-python {data['llama_cpp_python']}: GPU offload {offload}")
     print(f"backends: {', '.join(caps.backends) or 'none'}")
     print(f"CPU features: {' '.join(sorted(caps.cpu_features)) or 'unknown'}")
     print("devices:")
     for d in devices:
-        print(f"  {d.name:10s} {d.type:5s} {_gib(d.free_bytes)} free of {_gib(d.total_bytes)}  {d.description}")
+        print(
+            f"  {d.name:10s} {d.type:5s} {_gib(d.free_bytes)} free of {_gib(d.total_bytes)}  {d.description}"
+        )
     print(f"RAM: {_gib(vm.available)} available of {_gib(vm.total)}")
     if data["budget"] == "ram":
         print("no GPU device: the memory meter budgets system RAM")
@@ -106,9 +146,14 @@ def _cmd_memory(args: argparse.Namespace) -> int:
         build = llama_devices.build_spec(devices)
         device_budgets = budgets(devices)
         margin = int(args.margin * GiB)
-        common = ModelSettings(n_ctx=args.ctx_size, type_k=args.cache_type_k, type_v=args.cache_type_v,
-                               flash_attn=args.flash_attn == "on", n_batch=args.batch_size,
-                               n_ubatch=args.ubatch_size)
+        common = ModelSettings(
+            n_ctx=args.ctx_size,
+            type_k=args.cache_type_k,
+            type_v=args.cache_type_v,
+            flash_attn=args.flash_attn == "on",
+            n_batch=args.batch_size,
+            n_ubatch=args.ubatch_size,
+        )
         ts = replace(common, n_gpu_layers=args.n_gpu_layers, n_outputs=max(args.draft_max, 0) + 1)
         ds = replace(common, n_gpu_layers=args.n_gpu_layers_draft, n_ctx=args.ctx_size_draft or args.ctx_size)
         fit = None
@@ -121,7 +166,9 @@ def _cmd_memory(args: argparse.Namespace) -> int:
         if args.measure:
             for model, info in ((pair.target, target), (pair.draft, draft)):
                 if model is not None and info is not None:
-                    measured[model.role] = _measure(llama_devices, model, info, ts if model.role == "target" else ds)
+                    measured[model.role] = _measure(
+                        llama_devices, model, info, ts if model.role == "target" else ds
+                    )
     except (GGUFError, PredictionError, llama_devices.MeasureError, OSError) as e:
         print(f"specchat memory: {e}", file=sys.stderr)
         return 2
@@ -135,40 +182,81 @@ def _cmd_memory(args: argparse.Namespace) -> int:
 
 def _measure(llama_devices: Any, m: ModelPrediction, info: GGUFInfo, s: ModelSettings) -> list[Any]:
     fitted = m.placement.n_gpu_layers
-    return llama_devices.measure_model(info.path, n_ctx=m.n_ctx, n_gpu_layers=fitted, flash_attn=s.flash_attn,
-                                       type_k=s.type_k, type_v=s.type_v, n_batch=s.n_batch, n_ubatch=s.n_ubatch,
-                                       role=m.role, n_threads=2)
+    return llama_devices.measure_model(
+        info.path,
+        n_ctx=m.n_ctx,
+        n_gpu_layers=fitted,
+        flash_attn=s.flash_attn,
+        type_k=s.type_k,
+        type_v=s.type_v,
+        n_batch=s.n_batch,
+        n_ubatch=s.n_ubatch,
+        role=m.role,
+        n_threads=2,
+    )
 
 
 def _model_json(m: ModelPrediction, measured: list[Any]) -> dict[str, Any]:
     return {
-        "path": m.path, "n_layer": m.n_layer, "n_ctx": m.n_ctx, "n_gpu_layers": m.placement.n_gpu_layers,
-        "gpu_layers": m.placement.gpu_repeating_layers, "output_on_gpu": m.placement.output_on_gpu,
-        "weights_bytes": m.weights_bytes, "kv_bytes": m.kv_bytes, "compute_bytes": m.compute_bytes,
-        "output_bytes": m.output_bytes, "total_bytes": m.total_bytes,
+        "path": m.path,
+        "n_layer": m.n_layer,
+        "n_ctx": m.n_ctx,
+        "n_gpu_layers": m.placement.n_gpu_layers,
+        "gpu_layers": m.placement.gpu_repeating_layers,
+        "output_on_gpu": m.placement.output_on_gpu,
+        "weights_bytes": m.weights_bytes,
+        "kv_bytes": m.kv_bytes,
+        "compute_bytes": m.compute_bytes,
+        "output_bytes": m.output_bytes,
+        "total_bytes": m.total_bytes,
         "per_device": {d: m.device_bytes(d) for d in m.devices()},
-        "buffers": [{"kind": b.kind, "device": b.device, "label": b.label, "bytes": b.bytes} for b in m.buffers],
-        "measured": [{"kind": b.kind, "device": b.device, "label": b.label, "bytes": b.bytes} for b in measured],
+        "buffers": [
+            {"kind": b.kind, "device": b.device, "label": b.label, "bytes": b.bytes} for b in m.buffers
+        ],
+        "measured": [
+            {"kind": b.kind, "device": b.device, "label": b.label, "bytes": b.bytes} for b in measured
+        ],
         "notes": list(m.notes),
     }
 
 
-def _to_json(pair: PairPrediction, has_gpu: bool, margin: int, fit: Any, measured: dict[str, list[Any]]) -> dict:
+def _to_json(
+    pair: PairPrediction, has_gpu: bool, margin: int, fit: Any, measured: dict[str, list[Any]]
+) -> dict:
     data: dict[str, Any] = {
         "budget_kind": "gpu" if has_gpu else "ram",
         "target": _model_json(pair.target, measured.get("target", [])),
         "draft": _model_json(pair.draft, measured.get("draft", [])) if pair.draft else None,
         "overhead": [{"device": b.device, "label": b.label, "bytes": b.bytes} for b in pair.overhead],
-        "devices": [{"device": u.device, "kind": u.kind, "predicted_bytes": u.predicted_bytes,
-                     "free_bytes": u.free_bytes, "total_bytes": u.total_bytes, "status": u.status,
-                     "overshoot_bytes": u.overshoot_bytes} for u in pair.uses],
-        "total_bytes": pair.total_bytes, "budget_bytes": pair.budget_bytes, "margin_bytes": margin,
+        "devices": [
+            {
+                "device": u.device,
+                "kind": u.kind,
+                "predicted_bytes": u.predicted_bytes,
+                "free_bytes": u.free_bytes,
+                "total_bytes": u.total_bytes,
+                "status": u.status,
+                "overshoot_bytes": u.overshoot_bytes,
+            }
+            for u in pair.uses
+        ],
+        "total_bytes": pair.total_bytes,
+        "budget_bytes": pair.budget_bytes,
+        "margin_bytes": margin,
         "status": pair.status,
     }
     if fit is not None:
-        data["fit"] = {"ok": fit.ok, "target_ngl": fit.target_ngl, "draft_ngl": fit.draft_ngl, "n_ctx": fit.n_ctx,
-                       "draft_ctx": fit.draft_ctx, "op_offload": fit.op_offload, "explanation": fit.explanation,
-                       "suggestion": fit.suggestion, "overshoot_bytes": fit.overshoot_bytes}
+        data["fit"] = {
+            "ok": fit.ok,
+            "target_ngl": fit.target_ngl,
+            "draft_ngl": fit.draft_ngl,
+            "n_ctx": fit.n_ctx,
+            "draft_ctx": fit.draft_ctx,
+            "op_offload": fit.op_offload,
+            "explanation": fit.explanation,
+            "suggestion": fit.suggestion,
+            "overshoot_bytes": fit.overshoot_bytes,
+        }
     return data
 
 
@@ -204,8 +292,10 @@ def _print_text(pair: PairPrediction, data: dict[str, Any], measured: dict[str, 
     print("\ndevices:")
     for u in pair.uses:
         name = "system RAM" if u.device == "CPU" else u.device
-        print(f"  {name:10s} {_gib(u.predicted_bytes)} predicted, {_gib(u.free_bytes)} free "
-              f"of {_gib(u.total_bytes)}: {u.status}")
+        print(
+            f"  {name:10s} {_gib(u.predicted_bytes)} predicted, {_gib(u.free_bytes)} free "
+            f"of {_gib(u.total_bytes)}: {u.status}"
+        )
     print(f"pair total {_gib(pair.total_bytes)} against a budget of {_gib(pair.budget_bytes)}")
     fit = data.get("fit")
     if fit:

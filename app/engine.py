@@ -25,7 +25,9 @@ from app.sampling import SamplingParams, distribution, speculative_accept, top_t
 
 @dataclass(frozen=True, slots=True)
 class SpecParams:
-    draft_max: int = 8  # K: the most tokens drafted per step
+    # K: the most tokens drafted per step. 6 keeps a verify batch at 7 rows, the largest that is
+    # bit-identical to one-token decoding on the CPU backend (see ModelConfig.repack).
+    draft_max: int = 6
     draft_min: int = 0  # never cut a draft for low confidence before this many tokens
     p_min: float = 0.75  # stop drafting when the draft's top probability falls below this
     adaptive: bool = True  # let the governor change K and turn drafting off when it loses
@@ -94,7 +96,7 @@ class SpecEngine:
         if len(prompt) >= n_ctx:
             raise ContextFullError(len(prompt) + 1, n_ctx)
         # K + 1 rows must fit one batch: llama.cpp aborts the whole process otherwise.
-        k_max = 0 if self.drafter.mode == "none" else min(spec.draft_max, self.target.n_batch - 1)
+        k_max = 0 if self.drafter.mode == "none" else min(spec.draft_max, self.target.max_rows - 1)
         governor = Governor(k_max, min(spec.k_start, k_max) if spec.adaptive else k_max, spec.adaptive)
         rng = np.random.default_rng(sampling.seed)
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -28,7 +28,17 @@ from app.memory_predict import REPACK_ARM_I8MM, REPACK_X86, BuildSpec, GpuSpec
 
 DeviceType = Literal["cpu", "gpu", "igpu", "accel", "meta"]
 _DEV_TYPES: dict[int, DeviceType] = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
-_GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
+_GGML_TYPES = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "iq4_nl": 20,
+    "bf16": 30,
+}
 _lock = threading.Lock()
 _protos_ready = False
 _backend_ready = False
@@ -70,12 +80,14 @@ def _lib() -> ctypes.CDLL:
     if not _protos_ready:
         vp, sz = ctypes.c_void_p, ctypes.c_size_t
         for name, args, res in (
-            ("ggml_backend_dev_count", [], sz), ("ggml_backend_dev_get", [sz], vp),
+            ("ggml_backend_dev_count", [], sz),
+            ("ggml_backend_dev_get", [sz], vp),
             ("ggml_backend_dev_name", [vp], ctypes.c_char_p),
             ("ggml_backend_dev_description", [vp], ctypes.c_char_p),
             ("ggml_backend_dev_type", [vp], ctypes.c_int),
             ("ggml_backend_dev_memory", [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)], None),
-            ("ggml_backend_reg_count", [], sz), ("ggml_backend_reg_get", [sz], vp),
+            ("ggml_backend_reg_count", [], sz),
+            ("ggml_backend_reg_get", [sz], vp),
             ("ggml_backend_reg_name", [vp], ctypes.c_char_p),
         ):
             fn = getattr(lib, name)
@@ -105,8 +117,15 @@ def list_devices() -> list[Device]:
             dev = lib.ggml_backend_dev_get(i)
             free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
             lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-            out.append(Device(_text(lib.ggml_backend_dev_name(dev)), _text(lib.ggml_backend_dev_description(dev)),
-                              _DEV_TYPES.get(lib.ggml_backend_dev_type(dev), "accel"), free.value, total.value))
+            out.append(
+                Device(
+                    _text(lib.ggml_backend_dev_name(dev)),
+                    _text(lib.ggml_backend_dev_description(dev)),
+                    _DEV_TYPES.get(lib.ggml_backend_dev_type(dev), "accel"),
+                    free.value,
+                    total.value,
+                )
+            )
         return out
 
 
@@ -114,15 +133,19 @@ def backends() -> list[str]:
     with _lock:
         _ensure_backend()
         lib = _lib()
-        return [_text(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
-                for i in range(lib.ggml_backend_reg_count())]
+        return [
+            _text(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
+            for i in range(lib.ggml_backend_reg_count())
+        ]
 
 
 def capabilities() -> Capabilities:
     _ensure_backend()
     info = _text(llama_cpp.llama_print_system_info())
     features = frozenset(m.group(1) for m in re.finditer(r"(\w+) = 1", info))
-    return Capabilities(bool(llama_cpp.llama_supports_gpu_offload()), tuple(backends()), features, info.strip())
+    return Capabilities(
+        bool(llama_cpp.llama_supports_gpu_offload()), tuple(backends()), features, info.strip()
+    )
 
 
 def build_spec(devices: Iterable[Device] | None = None, caps: Capabilities | None = None) -> BuildSpec:
@@ -138,7 +161,13 @@ def build_spec(devices: Iterable[Device] | None = None, caps: Capabilities | Non
                 runtime = "hip" if key == "rocm" else key
     feats = caps.cpu_features
     if "REPACK" in feats or not feats:
-        repack = REPACK_ARM_I8MM if "MATMUL_INT8" in feats else REPACK_X86 if "AVX2" in feats or not feats else frozenset()
+        repack = (
+            REPACK_ARM_I8MM
+            if "MATMUL_INT8" in feats
+            else REPACK_X86
+            if "AVX2" in feats or not feats
+            else frozenset()
+        )
     else:
         repack = frozenset()
     return BuildSpec(gpus=gpus, runtime=runtime, repack_types=repack)
@@ -177,7 +206,8 @@ def capture_llama_logs() -> Iterator[list[str]]:
 
 
 _BUFFER_LINE = re.compile(
-    r"^\s*~?(?P<func>\w+):\s+(?P<buf>\S+)\s+(?P<kind>model|KV|output|compute) buffer size =\s*(?P<mib>[\d.]+) MiB"
+    r"^\s*~?(?P<func>\w+):\s+(?P<buf>\S+)\s+(?P<kind>model|KV|output|compute)"
+    r" buffer size =\s*(?P<mib>[\d.]+) MiB"
 )
 
 
@@ -206,10 +236,21 @@ def parse_buffer_report(lines: Iterable[str], role: str | None = None) -> list[M
     return out
 
 
-def measure_model(path: str | Path, *, n_ctx: int = 4096, n_gpu_layers: int = 0, flash_attn: bool = True,
-                  type_k: str = "f16", type_v: str = "f16", n_batch: int = 512, n_ubatch: int = 512,
-                  n_outputs_max: int = 0, use_mmap: bool = True, n_threads: int = 2,
-                  role: str | None = None) -> list[MeasuredBuffer]:
+def measure_model(
+    path: str | Path,
+    *,
+    n_ctx: int = 4096,
+    n_gpu_layers: int = 0,
+    flash_attn: bool = True,
+    type_k: str = "f16",
+    type_v: str = "f16",
+    n_batch: int = 512,
+    n_ubatch: int = 512,
+    n_outputs_max: int = 0,
+    use_mmap: bool = True,
+    n_threads: int = 2,
+    role: str | None = None,
+) -> list[MeasuredBuffer]:
     """Load `path` and one context as llama.cpp would for the app, return its buffer report, free both."""
     path = Path(path)
     if not path.is_file():
@@ -230,14 +271,19 @@ def measure_model(path: str | Path, *, n_ctx: int = 4096, n_gpu_layers: int = 0,
             cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = n_ctx, n_batch, min(n_ubatch, n_batch)
             cparams.n_seq_max, cparams.n_outputs_max = 1, n_outputs_max
             cparams.n_threads = cparams.n_threads_batch = n_threads
-            cparams.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
-                                       else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+            cparams.flash_attn_type = (
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if flash_attn
+                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
             cparams.type_k, cparams.type_v = _GGML_TYPES[type_k], _GGML_TYPES[type_v]
             cparams.no_perf = True
             ctx = llama_cpp.llama_init_from_model(model, cparams)
             if not ctx:
-                raise MeasureError(f"llama.cpp could not create a {n_ctx}-token context for {path.name}: "
-                                   + _last_error(lines))
+                raise MeasureError(
+                    f"llama.cpp could not create a {n_ctx}-token context for {path.name}: "
+                    + _last_error(lines)
+                )
             llama_cpp.llama_free(ctx)
         finally:
             llama_cpp.llama_model_free(model)

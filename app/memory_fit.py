@@ -6,8 +6,9 @@ With no GPU everything is budgeted against the RAM available now, and the result
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Literal, Protocol
 
 import psutil
@@ -15,8 +16,8 @@ import psutil
 from app.gguf_meta import GGUFInfo
 from app.memory_predict import (
     RUNTIME_OVERHEAD,
-    BuildSpec,
     Buffer,
+    BuildSpec,
     GiB,
     ModelPrediction,
     ModelSettings,
@@ -29,10 +30,14 @@ MIN_FIT_CTX = 2048
 
 
 class DeviceLike(Protocol):
-    name: str
-    type: str
-    free_bytes: int
-    total_bytes: int
+    @property
+    def name(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def free_bytes(self) -> int: ...
+    @property
+    def total_bytes(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -46,8 +51,11 @@ class DeviceBudget:
 
 def budgets(devices: Iterable[DeviceLike] = (), ram: tuple[int, int] | None = None) -> list[DeviceBudget]:
     """One budget per GPU (llama.cpp's free/total) plus system RAM (psutil: available/total)."""
-    out = [DeviceBudget(d.name, "gpu", d.free_bytes, d.total_bytes, getattr(d, "description", d.name))
-           for d in devices if d.type in ("gpu", "igpu")]
+    out = [
+        DeviceBudget(d.name, "gpu", d.free_bytes, d.total_bytes, getattr(d, "description", d.name))
+        for d in devices
+        if d.type in ("gpu", "igpu")
+    ]
     if ram is None:
         vm = psutil.virtual_memory()
         ram = (int(vm.available), int(vm.total))
@@ -109,13 +117,23 @@ class PairPrediction:
         return next((u for u in self.uses if u.kind == "gpu"), self.uses[-1])
 
 
-def predict_pair(target: GGUFInfo, draft: GGUFInfo | None, target_settings: ModelSettings,
-                 draft_settings: ModelSettings | None, build: BuildSpec, device_budgets: Sequence[DeviceBudget],
-                 margin: int = DEFAULT_MARGIN) -> PairPrediction:
+def predict_pair(
+    target: GGUFInfo,
+    draft: GGUFInfo | None,
+    target_settings: ModelSettings,
+    draft_settings: ModelSettings | None,
+    build: BuildSpec,
+    device_budgets: Sequence[DeviceBudget],
+    margin: int = DEFAULT_MARGIN,
+) -> PairPrediction:
     tp = predict_model(target, target_settings, build, "target")
-    dp = predict_model(draft, draft_settings or target_settings, build, "draft") if draft is not None else None
+    dp = (
+        predict_model(draft, draft_settings or target_settings, build, "draft") if draft is not None else None
+    )
     per_gpu = RUNTIME_OVERHEAD.get(build.runtime, 0)
-    overhead = tuple(Buffer("overhead", g.name, per_gpu, f"{build.runtime} runtime") for g in build.gpus if per_gpu)
+    overhead = tuple(
+        Buffer("overhead", g.name, per_gpu, f"{build.runtime} runtime") for g in build.gpus if per_gpu
+    )
     uses = []
     for b in device_budgets:
         used = sum(m.device_bytes(b.device) for m in [tp] + ([dp] if dp else []))
@@ -151,9 +169,16 @@ def _layers_text(role: str, m: ModelPrediction) -> str:
     return f"{role} {p.gpu_repeating_layers} of {m.n_layer} layers on GPU (-ngl {p.n_gpu_layers})"
 
 
-def fit_pair(target: GGUFInfo, draft: GGUFInfo | None, target_settings: ModelSettings,
-             draft_settings: ModelSettings | None, build: BuildSpec, device_budgets: Sequence[DeviceBudget],
-             margin: int = DEFAULT_MARGIN, min_ctx: int = MIN_FIT_CTX) -> FitResult:
+def fit_pair(
+    target: GGUFInfo,
+    draft: GGUFInfo | None,
+    target_settings: ModelSettings,
+    draft_settings: ModelSettings | None,
+    build: BuildSpec,
+    device_budgets: Sequence[DeviceBudget],
+    margin: int = DEFAULT_MARGIN,
+    min_ctx: int = MIN_FIT_CTX,
+) -> FitResult:
     """Choose -ngl for both models and, only if needed, a smaller context, so the pair fits with `margin`.
 
     Order of preference, at the requested context first: both fully on GPU; the draft fully on GPU
@@ -164,9 +189,11 @@ def fit_pair(target: GGUFInfo, draft: GGUFInfo | None, target_settings: ModelSet
     n_ctx0 = target_settings.n_ctx or target.context_length
     t_full, d_full = target.n_layer + 1, (draft.n_layer + 1) if draft else 0
 
-    def at(ctx: int, t_ngl: int, d_ngl: int, op_offload: bool = True) -> PairPrediction:
+    def at(ctx: int, t_ngl: int, d_ngl: int = 0, op_offload: bool = True) -> PairPrediction:
         ts = replace(target_settings, n_ctx=ctx, n_gpu_layers=t_ngl, op_offload=op_offload)
-        ds = replace(dsettings, n_ctx=min(dsettings.n_ctx or ctx, ctx), n_gpu_layers=d_ngl, op_offload=op_offload)
+        ds = replace(
+            dsettings, n_ctx=min(dsettings.n_ctx or ctx, ctx), n_gpu_layers=d_ngl, op_offload=op_offload
+        )
         return predict_pair(target, draft, ts, ds, build, device_budgets, margin)
 
     def fits(p: PairPrediction) -> bool:
@@ -176,24 +203,66 @@ def fit_pair(target: GGUFInfo, draft: GGUFInfo | None, target_settings: ModelSet
     while ctxs[-1] // 2 >= min_ctx:
         ctxs.append(ctxs[-1] // 2)
     draft_choices = [d_full, 0] if (draft and build.has_gpu) else [0]
-    target_choices = list(range(t_full, -1, -1)) if build.has_gpu else [0]
     for ctx in ctxs:
         for d_ngl in draft_choices:
-            for t_ngl in target_choices:
+            t_ngl = _max_target_layers(partial(at, ctx, d_ngl=d_ngl), t_full if build.has_gpu else 0)
+            if t_ngl is not None:
                 p = at(ctx, t_ngl, d_ngl)
                 if fits(p):
-                    return FitResult(True, t_ngl, d_ngl if draft else None, ctx,
-                                     p.draft.n_ctx if p.draft else None, _explain(p, ctx, n_ctx0), p, {})
+                    return FitResult(
+                        True,
+                        t_ngl,
+                        d_ngl if draft else None,
+                        ctx,
+                        p.draft.n_ctx if p.draft else None,
+                        _explain(p, ctx, n_ctx0),
+                        p,
+                        {},
+                    )
         if build.has_gpu:  # last resort at this context: leave the GPU alone entirely
             p = at(ctx, 0, 0, op_offload=False)
             if fits(p):
-                return FitResult(True, 0, 0 if draft else None, ctx, p.draft.n_ctx if p.draft else None,
-                                 _explain(p, ctx, n_ctx0) + ", GPU unused (op_offload off)", p, {},
-                                 op_offload=False)
+                return FitResult(
+                    True,
+                    0,
+                    0 if draft else None,
+                    ctx,
+                    p.draft.n_ctx if p.draft else None,
+                    _explain(p, ctx, n_ctx0) + ", GPU unused (op_offload off)",
+                    p,
+                    {},
+                    op_offload=False,
+                )
     worst = at(ctxs[-1], 0, 0, op_offload=not build.has_gpu)
     over = {u.device: u.overshoot_bytes for u in worst.uses if u.overshoot_bytes}
-    return FitResult(False, 0, 0 if draft else None, ctxs[-1], worst.draft.n_ctx if worst.draft else None,
-                     "does not fit: " + _overshoot_text(over), worst, over, _suggest(worst, over, draft is not None))
+    return FitResult(
+        False,
+        0,
+        0 if draft else None,
+        ctxs[-1],
+        worst.draft.n_ctx if worst.draft else None,
+        "does not fit: " + _overshoot_text(over),
+        worst,
+        over,
+        _suggest(worst, over, draft is not None),
+    )
+
+
+def _max_target_layers(at: Callable[[int], PairPrediction], t_full: int) -> int | None:
+    """Largest -ngl whose GPU use fits (GPU use grows with -ngl), or None when even 0 does not."""
+
+    def gpu_fits(n: int) -> bool:
+        return all(u.overshoot_bytes == 0 for u in at(n).uses if u.kind == "gpu")
+
+    if gpu_fits(t_full):
+        return t_full
+    if not gpu_fits(0):
+        return None
+    lo, hi = 0, t_full  # gpu_fits(lo) and not gpu_fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if gpu_fits(mid) else (lo, mid)
+    return lo
 
 
 def _explain(p: PairPrediction, ctx: int, requested: int) -> str:
@@ -209,8 +278,10 @@ def _explain(p: PairPrediction, ctx: int, requested: int) -> str:
 
 
 def _overshoot_text(over: dict[str, int]) -> str:
-    return "; ".join(f"{'system RAM' if d == 'CPU' else d} short by {b / GiB:.2f} GiB (margin included)"
-                     for d, b in over.items())
+    return "; ".join(
+        f"{'system RAM' if d == 'CPU' else d} short by {b / GiB:.2f} GiB (margin included)"
+        for d, b in over.items()
+    )
 
 
 def _suggest(p: PairPrediction, over: dict[str, int], has_draft: bool) -> str:
@@ -226,20 +297,27 @@ def require_fit(p: PairPrediction) -> None:
     """Raise `WontFitError` when any device is predicted over its free memory (loading refuses)."""
     over = {u.device: u.predicted_bytes - u.free_bytes for u in p.uses if u.status == "over"}
     if over:
-        raise WontFitError("the models are predicted not to fit: "
-                           + "; ".join(f"{'system RAM' if d == 'CPU' else d} over by {b / GiB:.2f} GiB"
-                                       for d, b in over.items())
-                           + ". Fix: " + _suggest(p, over, p.draft is not None)
-                           + "; or run `specchat memory --fit`, or load anyway with --force")
+        raise WontFitError(
+            "the models are predicted not to fit: "
+            + "; ".join(
+                f"{'system RAM' if d == 'CPU' else d} over by {b / GiB:.2f} GiB" for d, b in over.items()
+            )
+            + ". Fix: "
+            + _suggest(p, over, p.draft is not None)
+            + "; or run `specchat memory --fit`, or load anyway with --force"
+        )
 
 
 SEGMENTS = ("target_weights", "draft_weights", "target_kv", "draft_kv", "compute", "overhead")
 
 
 class BufferLike(Protocol):
-    kind: str
-    device: str
-    bytes: int
+    @property
+    def kind(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def bytes(self) -> int: ...
 
 
 def _segment(role: str | None, kind: str) -> str:

@@ -25,7 +25,6 @@ its own buffer report (see docs/MEMORY.md and tests/test_memory.py):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -33,6 +32,7 @@ from typing import Literal
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.gguf_meta import GGUFInfo, TensorInfo
+from app.memory_shape import PredictionError, Shape, ShapeTensor
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -48,12 +48,14 @@ _GPU_ROW_PAD = 512
 _KV_PAD = 256
 # Device memory a GPU runtime takes per process beyond llama.cpp's buffers (context, cuBLAS/hipBLAS
 # workspaces, kernels). Estimates, shared by target and draft (they live in one process).
-RUNTIME_OVERHEAD = {"cuda": 400 * MiB, "hip": 400 * MiB, "sycl": 300 * MiB, "vulkan": 150 * MiB,
-                    "metal": 0, "cpu": 0}
-
-
-class PredictionError(ValueError):
-    """The metadata or the settings cannot give a meaningful prediction; the message says why."""
+RUNTIME_OVERHEAD = {
+    "cuda": 400 * MiB,
+    "hip": 400 * MiB,
+    "sycl": 300 * MiB,
+    "vulkan": 150 * MiB,
+    "metal": 0,
+    "cpu": 0,
+}
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,9 @@ class ModelPrediction:
     notes: tuple[str, ...] = field(default=())
 
     def _sum(self, *kinds: str, device: str | None = None) -> int:
-        return sum(b.bytes for b in self.buffers if b.kind in kinds and (device is None or b.device == device))
+        return sum(
+            b.bytes for b in self.buffers if b.kind in kinds and (device is None or b.device == device)
+        )
 
     @property
     def weights_bytes(self) -> int:
@@ -194,18 +198,23 @@ def kv_row_bytes(cache_type: str, n_elements: int) -> int:
     try:
         qtype = GGMLQuantizationType[cache_type.upper()]
     except KeyError:
-        raise PredictionError(f"unknown KV cache type {cache_type!r}; use one of {', '.join(KV_TYPES)}") from None
+        raise PredictionError(
+            f"unknown KV cache type {cache_type!r}; use one of {', '.join(KV_TYPES)}"
+        ) from None
     block, size = GGML_QUANT_SIZES[qtype]
     if n_elements % block:
-        raise PredictionError(f"KV cache type {cache_type} needs rows that are a multiple of {block} values, "
-                              f"this model's are {n_elements}; use f16 or q8_0")
+        raise PredictionError(
+            f"KV cache type {cache_type} needs rows that are a multiple of {block} values, "
+            f"this model's are {n_elements}; use f16 or q8_0"
+        )
     return n_elements // block * size
 
 
-def predict_model(info: GGUFInfo, settings: ModelSettings, build: BuildSpec = BuildSpec(),
-                  role: str = "model") -> ModelPrediction:
+def predict_model(
+    info: GGUFInfo, settings: ModelSettings, build: BuildSpec = BuildSpec(), role: str = "model"
+) -> ModelPrediction:
     """Every buffer llama.cpp will allocate for this model with these settings on this build."""
-    shape = _Shape.from_info(info)
+    shape = Shape.from_info(info)
     _check_settings(settings)
     place = placement(shape.n_layer, settings.n_gpu_layers, build.gpus)
     n_ctx_req = settings.n_ctx or shape.n_ctx_train
@@ -265,11 +274,11 @@ def _n_tokens(s: ModelSettings, n_ctx_req: int, n_ctx: int) -> int:
     return min(n_ctx, min(n_batch, s.n_ubatch))
 
 
-def _compute_peak(shape: _Shape, s: ModelSettings, n_ctx_req: int, n_ctx: int) -> int:
+def _compute_peak(shape: Shape, s: ModelSettings, n_ctx_req: int, n_ctx: int) -> int:
     return max(_compute_phases(shape, s, n_ctx_req, n_ctx).values())
 
 
-def _compute_phases(shape: _Shape, s: ModelSettings, n_ctx_req: int, n_ctx: int) -> dict[str, int]:
+def _compute_phases(shape: Shape, s: ModelSettings, n_ctx_req: int, n_ctx: int) -> dict[str, int]:
     """Peak live bytes of the worst-case graph in its three phases (fitted to ggml-alloc's layout).
 
     E, F, G: one ubatch of hidden states, FFN activations and K (or V) projections, in f32. The
@@ -293,86 +302,7 @@ def _compute_phases(shape: _Shape, s: ModelSettings, n_ctx_req: int, n_ctx: int)
     }
 
 
-_BLK = re.compile(r"^blk\.(\d+)\.")
-
-
-@dataclass(frozen=True)
-class _Tensor:
-    info: TensorInfo
-    layer: int  # -1 input, n_layer output, else repeating layer
-    is_matmul: bool
-
-
-@dataclass(frozen=True)
-class _Shape:
-    n_layer: int
-    n_embd: int
-    n_ff: int
-    n_head: int
-    n_embd_k_gqa: int
-    n_embd_v_gqa: int
-    n_vocab: int
-    n_ctx_train: int
-    tied: bool
-    token_embd: TensorInfo | None
-    tensors: tuple[_Tensor, ...]
-
-    @classmethod
-    def from_info(cls, info: GGUFInfo) -> _Shape:
-        where = f"{info.path}"
-        n_layer, n_embd, n_head, n_head_kv = info.n_layer, info.n_embd, info.n_head, info.n_head_kv
-        if n_head <= 0:
-            raise PredictionError(f"{where}: metadata gives {n_head} attention heads; the KV cache and the "
-                                  "attention buffers cannot be sized; the file is not a usable chat model")
-        if not 0 < n_head_kv <= n_head:
-            raise PredictionError(f"{where}: {n_head_kv} KV heads for {n_head} attention heads is impossible; "
-                                  "the file's metadata is corrupt")
-        if info.head_dim_k <= 0 or info.head_dim_v <= 0:
-            raise PredictionError(f"{where}: head size {info.head_dim_k}/{info.head_dim_v} is not positive; "
-                                  "the file's metadata is corrupt")
-        if info.vocab_size <= 0:
-            raise PredictionError(f"{where}: the vocabulary is empty")
-        tensors: list[_Tensor] = []
-        max_blk = -1
-        for t in info.tensors:
-            if t.n_bytes < 0 or any(d <= 0 for d in t.shape):
-                raise PredictionError(f"{where}: tensor {t.name} has shape {t.shape}; the file is corrupt")
-            m = _BLK.match(t.name)
-            if m:
-                layer = int(m.group(1))
-                max_blk = max(max_blk, layer)
-                if layer >= n_layer:
-                    raise PredictionError(f"{where}: tensor {t.name} lies beyond the {n_layer} layers the "
-                                          "metadata declares; the file is corrupt")
-            elif t.name.startswith(("output.", "output_norm.")):
-                layer = n_layer
-            else:
-                layer = -1
-            matmul = (len(t.shape) >= 2 and t.name.endswith(".weight") and "norm" not in t.name
-                      and t.name != "token_embd.weight")
-            tensors.append(_Tensor(t, layer, matmul))
-        if max_blk + 1 != n_layer:
-            raise PredictionError(f"{where}: the metadata declares {n_layer} layers but the tensor table holds "
-                                  f"{max_blk + 1}; the file is corrupt or truncated")
-        n_ff = _n_ff(info)
-        token_embd = next((t for t in info.tensors if t.name == "token_embd.weight"), None)
-        return cls(n_layer, n_embd, n_ff, n_head, n_head_kv * info.head_dim_k, n_head_kv * info.head_dim_v,
-                   info.vocab_size, info.context_length, info.tied_embeddings, token_embd, tuple(tensors))
-
-
-def _n_ff(info: GGUFInfo) -> int:
-    value = info.metadata.get(f"{info.architecture}.feed_forward_length")
-    if isinstance(value, list):
-        value = max(value) if value else None
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    up = next((t for t in info.tensors if t.name == "blk.0.ffn_up.weight"), None)
-    if up is not None and len(up.shape) >= 2:
-        return int(up.shape[1])
-    return 4 * info.n_embd  # no FFN width anywhere: the usual ratio, only sizes a small buffer
-
-
-def _tensor_device(t: _Tensor, shape: _Shape, place: Placement) -> str:
+def _tensor_device(t: ShapeTensor, shape: Shape, place: Placement) -> str:
     if t.layer < 0:
         return "CPU"
     if t.layer == shape.n_layer:
@@ -392,7 +322,7 @@ def _gpu_alloc(t: TensorInfo) -> int:
     return _pad(size, _GPU_ALIGN)
 
 
-def _weight_buffers(shape: _Shape, place: Placement, s: ModelSettings, build: BuildSpec) -> list[Buffer]:
+def _weight_buffers(shape: Shape, place: Placement, s: ModelSettings, build: BuildSpec) -> list[Buffer]:
     cpu_plain: list[TensorInfo] = []
     repack = 0
     gpu: dict[str, int] = {}
@@ -417,7 +347,9 @@ def _weight_buffers(shape: _Shape, place: Placement, s: ModelSettings, build: Bu
             span = max(t.offset + t.n_bytes for t in cpu_plain) - min(t.offset for t in cpu_plain)
             out.append(Buffer("model", "CPU", span, "CPU_Mapped"))
         else:
-            out.append(Buffer("model", "CPU", sum(_pad(t.n_bytes, _TENSOR_ALIGN_CPU) for t in cpu_plain), "CPU"))
+            out.append(
+                Buffer("model", "CPU", sum(_pad(t.n_bytes, _TENSOR_ALIGN_CPU) for t in cpu_plain), "CPU")
+            )
     if repack:
         out.append(Buffer("repack", "CPU", repack, "CPU_REPACK"))
     out += [Buffer("model", d, b, d) for d, b in gpu.items()]

@@ -34,6 +34,7 @@ class PairConfig:
     flash_attn: bool = True
     type_k: str = "f16"
     type_v: str = "f16"
+    repack: bool = False  # see ModelConfig.repack: off keeps verify batches bit-exact on CPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ class SpecSession:
         if config.draft is not None:
             check_pair_or_raise(config.target, config.draft)
         report = progress or (lambda _label, _fraction: None)
-        self.target_model = LlamaModel(ModelConfig(config.target, config.n_gpu_layers),
+        self.target_model = LlamaModel(ModelConfig(config.target, config.n_gpu_layers, repack=config.repack),
                                        progress=lambda f: report("target", f) or True)
         ctx_cfg = ContextConfig(n_ctx=config.n_ctx, n_batch=config.n_batch, n_ubatch=config.n_batch,
                                 n_threads=config.n_threads, flash_attn=config.flash_attn,
@@ -67,7 +68,7 @@ class SpecSession:
         self.draft_model: LlamaModel | None = None
         self.draft_ctx: LlamaContext | None = None
         if config.draft is not None:
-            self.draft_model = LlamaModel(ModelConfig(config.draft, config.n_gpu_layers_draft),
+            self.draft_model = LlamaModel(ModelConfig(config.draft, config.n_gpu_layers_draft, repack=config.repack),
                                           progress=lambda f: report("draft", f) or True)
             self.draft_ctx = LlamaContext(self.draft_model, replace(ctx_cfg, n_ctx=config.n_ctx_draft or config.n_ctx))
         self._engines: dict[str, SpecEngine] = {}

@@ -35,7 +35,7 @@ class Settings:
     min_p: float = 0.05
     seed: int | None = None
     # Speculation
-    draft_max: int = 8
+    draft_max: int = 6
     draft_min: int = 0
     draft_p_min: float = 0.75
     adaptive: bool = True
@@ -45,6 +45,7 @@ class Settings:
     n_gpu_layers: int = -1
     n_gpu_layers_draft: int = -1
     flash_attn: bool = True
+    repack: bool = False
     # Appearance
     theme: str = "system"  # system | light | dark
     show_colours: bool = True
@@ -62,7 +63,7 @@ class Settings:
 
     def pair_config(self, target: Path, draft: Path | None) -> PairConfig:
         return PairConfig(target, draft, self.n_gpu_layers, self.n_gpu_layers_draft, self.n_ctx,
-                          n_threads=self.n_threads, flash_attn=self.flash_attn)
+                          n_threads=self.n_threads, flash_attn=self.flash_attn, repack=self.repack)
 
 
 class SettingsError(ValueError):

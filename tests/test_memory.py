@@ -11,11 +11,11 @@ import pytest
 from app import cli_memory, llama_devices
 from app.gguf_meta import GGUFError, read_gguf
 from app.memory import (
-    GiB,
-    MiB,
     BuildSpec,
     DeviceBudget,
+    GiB,
     GpuSpec,
+    MiB,
     ModelSettings,
     PredictionError,
     WontFitError,
@@ -53,20 +53,31 @@ def build() -> BuildSpec:
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c[0]}-c{c[1]}-ngl{c[2]}-fa{int(c[3])}-{c[4]}")
-def test_prediction_matches_llama_cpp_report(config, target_path: Path, draft_path: Path, build: BuildSpec) -> None:
+def test_prediction_matches_llama_cpp_report(
+    config, target_path: Path, draft_path: Path, build: BuildSpec
+) -> None:
     role, n_ctx, ngl, fa, cache = config
     path = target_path if role == "target" else draft_path
     settings = ModelSettings(n_gpu_layers=ngl, n_ctx=n_ctx, flash_attn=fa, type_k=cache, type_v=cache)
     predicted = predict_model(read_gguf(path), settings, build, role)
-    measured = llama_devices.measure_model(path, n_ctx=n_ctx, n_gpu_layers=ngl, flash_attn=fa, type_k=cache,
-                                           type_v=cache, n_batch=settings.n_batch, n_ubatch=settings.n_ubatch)
+    measured = llama_devices.measure_model(
+        path,
+        n_ctx=n_ctx,
+        n_gpu_layers=ngl,
+        flash_attn=fa,
+        type_k=cache,
+        type_v=cache,
+        n_batch=settings.n_batch,
+        n_ubatch=settings.n_ubatch,
+    )
     assert {b.kind for b in measured} >= {"model", "kv", "output", "compute"}
     keys = {(b.kind, b.device) for b in measured} | {(b.kind, b.device) for b in predicted.buffers}
     for kind, device in sorted(keys):
         got = sum(b.bytes for b in measured if (b.kind, b.device) == (kind, device))
         want = sum(b.bytes for b in predicted.buffers if (b.kind, b.device) == (kind, device))
         assert abs(want - got) <= max(TOLERANCE * got, ROUNDING), (
-            f"{role} {kind} on {device}: predicted {want / MiB:.2f} MiB, llama.cpp {got / MiB:.2f} MiB")
+            f"{role} {kind} on {device}: predicted {want / MiB:.2f} MiB, llama.cpp {got / MiB:.2f} MiB"
+        )
 
 
 def test_known_demo_target_figures(target_path: Path) -> None:
@@ -84,10 +95,19 @@ def test_known_demo_target_figures(target_path: Path) -> None:
 GPU = BuildSpec(gpus=(GpuSpec("CUDA0", 8 * GiB),), runtime="cuda")
 
 
-@pytest.mark.parametrize("ngl, gpu_layers, output_on_gpu", [
-    (0, 0, False), (1, 0, True), (2, 1, True), (12, 11, True), (28, 27, True), (29, 28, True),
-    (99, 28, True), (-1, 28, True),
-])
+@pytest.mark.parametrize(
+    "ngl, gpu_layers, output_on_gpu",
+    [
+        (0, 0, False),
+        (1, 0, True),
+        (2, 1, True),
+        (12, 11, True),
+        (28, 27, True),
+        (29, 28, True),
+        (99, 28, True),
+        (-1, 28, True),
+    ],
+)
 def test_offload_rule(ngl: int, gpu_layers: int, output_on_gpu: bool) -> None:
     p = placement(28, ngl, GPU.gpus)
     assert p.gpu_repeating_layers == gpu_layers
@@ -111,7 +131,9 @@ def test_layers_split_between_gpus_by_free_memory() -> None:
 
 def test_gpu_weights_follow_the_layers(target_path: Path) -> None:
     info = read_gguf(target_path)
-    layer_bytes = {i: sum(t.n_bytes for t in info.tensors if t.name.startswith(f"blk.{i}.")) for i in range(28)}
+    layer_bytes = {
+        i: sum(t.n_bytes for t in info.tensors if t.name.startswith(f"blk.{i}.")) for i in range(28)
+    }
     output = sum(t.n_bytes for t in info.tensors if t.name.startswith(("output.", "output_norm.")))
 
     def gpu_weights(ngl: int) -> int:
@@ -147,8 +169,13 @@ def test_tied_embeddings_duplicate_the_output_matrix_on_gpu(smol_path: Path, tar
 
 # --- budgets and the fit --------------------------------------------------------------------------
 
+
 def _budgets(gpu_free: float | None, ram_free: float) -> list[DeviceBudget]:
-    out = [DeviceBudget("CUDA0", "gpu", int(gpu_free * GiB), 24 * GiB, "test GPU")] if gpu_free is not None else []
+    out = (
+        [DeviceBudget("CUDA0", "gpu", int(gpu_free * GiB), 24 * GiB, "test GPU")]
+        if gpu_free is not None
+        else []
+    )
     return out + [DeviceBudget("CPU", "ram", int(ram_free * GiB), 64 * GiB, "system RAM")]
 
 
@@ -189,16 +216,23 @@ def test_pair_totals_add_up(target_path: Path, draft_path: Path) -> None:
 
 # --- malformed metadata ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("extra, drop, message", [
-    ({}, ["llama.block_count"], "block_count"),
-    ({"llama.block_count": 2}, [], "declares 2 layers but the tensor table holds 1"),
-    ({"llama.block_count": 1, "llama.attention.head_count_kv": 8}, [], "KV heads"),
-    ({"llama.block_count": 1, "llama.attention.head_count": 0, "llama.attention.head_count_kv": 0}, [],
-     "attention heads"),
-    ({"llama.block_count": 3_000_000_000}, [], "block_count"),
-    ({"llama.block_count": 1, "llama.embedding_length": 1 << 30}, [], "embedding_length"),
-    ({"llama.block_count": 1, "llama.context_length": 0}, [], "context_length"),
-])
+
+@pytest.mark.parametrize(
+    "extra, drop, message",
+    [
+        ({}, ["llama.block_count"], "block_count"),
+        ({"llama.block_count": 2}, [], "declares 2 layers but the tensor table holds 1"),
+        ({"llama.block_count": 1, "llama.attention.head_count_kv": 8}, [], "KV heads"),
+        (
+            {"llama.block_count": 1, "llama.attention.head_count": 0, "llama.attention.head_count_kv": 0},
+            [],
+            "attention heads",
+        ),
+        ({"llama.block_count": 3_000_000_000}, [], "block_count"),
+        ({"llama.block_count": 1, "llama.embedding_length": 1 << 30}, [], "embedding_length"),
+        ({"llama.block_count": 1, "llama.context_length": 0}, [], "context_length"),
+    ],
+)
 def test_malformed_metadata_gives_a_clear_error(tmp_path: Path, extra, drop, message) -> None:
     path = write_tiny(tmp_path / "bad.gguf", extra=extra, drop=drop)
     with pytest.raises((GGUFError, PredictionError), match=message) as info:
@@ -212,7 +246,9 @@ def test_tiny_model_predicts_exact_kv_and_no_negative_numbers(tmp_path: Path) ->
     for ngl in (0, 1, 2, -1):
         p = predict_model(info, ModelSettings(n_ctx=300, n_gpu_layers=ngl), GPU)
         assert all(b.bytes >= 0 for b in p.buffers)
-        assert p.kv_bytes == 512 * 1 * (2 * 16) * 2 * 2  # cells (300 -> 512) x layers x K+V (2 heads x 16) x f16
+        assert (
+            p.kv_bytes == 512 * 1 * (2 * 16) * 2 * 2
+        )  # cells (300 -> 512) x layers x K+V (2 heads x 16) x f16
 
 
 @pytest.mark.parametrize("bad", [{"n_ctx": -1}, {"n_ubatch": 0}, {"type_k": "q3_z"}, {"n_ctx": 1 << 30}])
@@ -223,6 +259,7 @@ def test_bad_settings_are_refused(tmp_path: Path, bad: dict) -> None:
 
 
 # --- log capture, parsing and the CLI -------------------------------------------------------------
+
 
 def test_parse_buffer_report() -> None:
     lines = [
@@ -235,10 +272,17 @@ def test_parse_buffer_report() -> None:
         "~llama_context:        CPU compute buffer size is 302.7520 MiB, matches expectation of 302.7520 MiB",
         "print_info: n_ctx_train = 32768",
     ]
-    got = [(b.kind, b.device, b.label, round(b.bytes / MiB, 2)) for b in llama_devices.parse_buffer_report(lines)]
-    assert got == [("model", "CPU", "CPU_Mapped", 1059.89), ("repack", "CPU", "CPU_REPACK", 596.53),
-                   ("model", "CUDA0", "CUDA0", 1000.0), ("output", "CPU", "CUDA_Host", 0.58),
-                   ("kv", "CPU", "CPU", 224.0), ("compute", "CPU", "CPU", 302.75)]
+    got = [
+        (b.kind, b.device, b.label, round(b.bytes / MiB, 2)) for b in llama_devices.parse_buffer_report(lines)
+    ]
+    assert got == [
+        ("model", "CPU", "CPU_Mapped", 1059.89),
+        ("repack", "CPU", "CPU_REPACK", 596.53),
+        ("model", "CUDA0", "CUDA0", 1000.0),
+        ("output", "CPU", "CUDA_Host", 0.58),
+        ("kv", "CPU", "CPU", 224.0),
+        ("compute", "CPU", "CPU", 302.75),
+    ]
 
 
 def test_log_capture_restores_the_previous_callback(smol_path: Path) -> None:
@@ -276,8 +320,10 @@ def _run_cli(argv: list[str]) -> int:
 def test_cli_memory_json_contract(target_path: Path, draft_path: Path, capsys) -> None:
     import json
 
-    assert _run_cli(["memory", "-m", str(target_path), "-md", str(draft_path), "-c", "4096", "--fit",
-                     "--json"]) == 0
+    assert (
+        _run_cli(["memory", "-m", str(target_path), "-md", str(draft_path), "-c", "4096", "--fit", "--json"])
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     for role in ("target", "draft"):
         for key in ("weights_bytes", "kv_bytes", "compute_bytes", "total_bytes"):
@@ -290,8 +336,11 @@ def test_cli_bad_files_exit_2_without_traceback(tmp_path: Path, capsys) -> None:
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a model at all" * 10)
     bad = write_tiny(tmp_path / "bad.gguf", extra={"llama.block_count": 2})
-    for argv in (["memory", "-m", str(tmp_path / "missing.gguf")], ["memory", "-m", str(junk)],
-                 ["memory", "-m", str(bad)]):
+    for argv in (
+        ["memory", "-m", str(tmp_path / "missing.gguf")],
+        ["memory", "-m", str(junk)],
+        ["memory", "-m", str(bad)],
+    ):
         assert _run_cli(argv) == 2
         err = capsys.readouterr().err
         assert "Traceback" not in err and Path(argv[2]).name in err

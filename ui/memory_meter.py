@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QPoint, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFontMetrics, QHelpEvent, QPainter, QPen
+from PySide6.QtGui import QColor, QFontMetrics, QHelpEvent, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from app.memory import SEGMENTS, GiB, PairPrediction, meter_segments
@@ -98,14 +98,23 @@ class MemoryMeter(QWidget):
     def is_compact(self) -> bool:
         return self._compact
 
-    def set_usage(self, values: dict[str, int], budget_bytes: int, margin_bytes: int = GiB,
-                  device_label: str = "system RAM") -> None:
+    def set_usage(
+        self,
+        values: dict[str, int],
+        budget_bytes: int,
+        margin_bytes: int = GiB,
+        device_label: str = "system RAM",
+    ) -> None:
         """Predicted bytes per segment (keys from `app.memory.SEGMENTS`) against `budget_bytes` free."""
         unknown = set(values) - set(SEGMENTS)
         if unknown:
             raise ValueError(f"unknown meter segments: {', '.join(sorted(unknown))}")
         self._values = {k: max(int(values.get(k, 0)), 0) for k in SEGMENTS}
-        self._budget, self._margin, self._device = max(int(budget_bytes), 0), max(int(margin_bytes), 0), device_label
+        self._budget, self._margin, self._device = (
+            max(int(budget_bytes), 0),
+            max(int(margin_bytes), 0),
+            device_label,
+        )
         self._refresh()
 
     def set_prediction(self, pair: PairPrediction, device: str | None = None) -> None:
@@ -130,12 +139,16 @@ class MemoryMeter(QWidget):
     def segment_rects(self) -> list[SegmentRect]:
         """Where each segment is drawn, in widget coordinates (the bar's own x offset included)."""
         bar = self._bar_rect()
-        return [SegmentRect(s.key, bar.x() + s.x, s.width)
-                for s in layout_segments(self._values, self._budget, bar.width())]
+        return [
+            SegmentRect(s.key, bar.x() + s.x, s.width)
+            for s in layout_segments(self._values, self._budget, bar.width())
+        ]
 
     def summary(self) -> str:
         used = self.used_bytes()
-        text = f"{self._device}: {_gib(used)} of {_gib(self._budget)} free — {STATE_TEXT[self._state]}"
+        text = (
+            f"{self._device}: {_gib(used)} predicted of {_gib(self._budget)} free — {STATE_TEXT[self._state]}"
+        )
         if self._measured is not None:
             text += f" (measured {_gib(sum(self._measured.values()))})"
         return text
@@ -159,8 +172,14 @@ class MemoryMeter(QWidget):
             return True
         return super().event(e)
 
-    def paintEvent(self, _event: QEvent) -> None:  # noqa: N802 - Qt override
+    def paintEvent(self, _event: QPaintEvent) -> None:  # noqa: N802 - Qt override
         p = QPainter(self)
+        try:
+            self._paint(p)
+        finally:
+            p.end()
+
+    def _paint(self, p: QPainter) -> None:
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
         bar = self._bar_rect()
         for s in self.segment_rects():
@@ -177,8 +196,10 @@ class MemoryMeter(QWidget):
         p.setPen(self.palette().windowText().color())
         fm = QFontMetrics(self.font())
         text_y = int(bar.bottom()) + fm.ascent() + 3
-        p.drawText(QPoint(int(bar.x()), text_y), fm.elidedText(self.summary(), Qt.TextElideMode.ElideRight,
-                                                               int(bar.width())))
+        p.drawText(
+            QPoint(int(bar.x()), text_y),
+            fm.elidedText(self.summary(), Qt.TextElideMode.ElideRight, int(bar.width())),
+        )
         if self._compact:
             return
         y = text_y + fm.height() + 2
@@ -188,7 +209,6 @@ class MemoryMeter(QWidget):
             p.fillRect(QRectF(bar.x(), y - fm.ascent() + 2, 10, 10), QColor(SEGMENT_COLOURS[key]))
             p.drawText(QPoint(int(bar.x()) + 16, y), self._row_text(key))
             y += fm.height() + 2
-        p.end()
 
     # --- internals ----------------------------------------------------------------------------------
 
