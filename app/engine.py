@@ -97,7 +97,7 @@ class SpecEngine:
             raise ContextFullError(len(prompt) + 1, n_ctx)
         # K + 1 rows must fit one batch: llama.cpp aborts the whole process otherwise.
         k_max = 0 if self.drafter.mode == "none" else min(spec.draft_max, self.target.max_rows - 1)
-        governor = Governor(k_max, min(spec.k_start, k_max) if spec.adaptive else k_max, spec.adaptive)
+        governor = Governor(k_max, spec.k_start, spec.adaptive)
         rng = np.random.default_rng(sampling.seed)
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
@@ -120,7 +120,9 @@ class SpecEngine:
                 if cancel is not None and cancel.is_set():
                     finish = "cancelled"
                     break
-                room = n_ctx - self.target.n_past - 1
+                # Rows n_past..n_past+K must fit, and the reply (prompt + tokens) must too: the next
+                # turn appends to it.
+                room = n_ctx - self.target.n_past - 2
                 if room < 0:
                     finish = "context"
                     break
@@ -170,8 +172,8 @@ class SpecEngine:
             # holding exactly the reply's tokens, so the next call can reuse it.
             self.target.keep_common_prefix(list(prompt) + emitted)
         decode_ms = (time.perf_counter() - t_decode) * 1000.0
-        tail = utf8.decode(b"", final=True)
-        text_parts.append(tail)
+        # Bytes of a character cut off by n_predict or a stop are dropped, not shown as U+FFFD, so the
+        # text stays exactly the concatenation of the token events.
         stats = self._stats(tally, governor, k_max, len(prompt), n_prefilled, prefill_ms, decode_ms, len(emitted),
                             finish)
         yield FinishEvent("".join(text_parts), tuple(prompt), tuple(emitted), stats,

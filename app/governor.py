@@ -16,7 +16,8 @@ from app.events import GovernorEvent
 class Governor:
     def __init__(self, k_max: int, k_start: int, adaptive: bool = True, warmup_steps: int = 2) -> None:
         self.k_max = max(0, k_max)
-        self.k = min(self.k_max, max(0, k_start))
+        # Without adaptation K is fixed at its maximum: what --no-adapt and the exactness tests ask for.
+        self.k = min(self.k_max, max(0, k_start)) if adaptive else self.k_max
         self.adaptive = adaptive
         self.enabled = self.k_max > 0
         self.warmup_steps = warmup_steps

@@ -1,28 +1,40 @@
-"""Minimal fixtures for the real model files (the lead's conftest may replace this one).
+"""Shared fixtures: real model files and one loaded demo pair for the engine tests.
 
-The files are looked up in `SPECCHAT_TEST_MODELS`, else in the app's models folder; a missing file
-skips the tests that need it, naming what to set.
+Models are looked up in `SPECCHAT_TEST_MODELS`, else in the app's models folder. A missing file
+skips the tests that need it locally, and fails them where `SPECCHAT_REQUIRE_MODELS` is set (CI,
+`bootstrap.py test`), so a broken download can never pass as a green run.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from app import paths
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from app import paths  # noqa: E402
 
 TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 SMOL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def models_folder() -> Path:
+    return Path(os.environ.get("SPECCHAT_TEST_MODELS") or paths.models_dir())
+
+
 def _model(name: str) -> Path:
-    folder = Path(os.environ.get("SPECCHAT_TEST_MODELS") or paths.models_dir())
+    folder = models_folder()
     path = folder / name
     if not path.is_file():
-        pytest.skip(f"{name} not found in {folder}; set SPECCHAT_TEST_MODELS to the folder holding it")
+        message = f"{name} not found in {folder}; run `specchat models fetch-demo --with-smollm2` " \
+                  "or set SPECCHAT_TEST_MODELS to the folder holding it"
+        if os.environ.get("SPECCHAT_REQUIRE_MODELS"):
+            pytest.fail(message)
+        pytest.skip(message)
     return path
 
 
@@ -39,3 +51,22 @@ def draft_path() -> Path:
 @pytest.fixture(scope="session")
 def smol_path() -> Path:
     return _model(SMOL)
+
+
+@pytest.fixture(scope="session")
+def demo_session(target_path: Path, draft_path: Path) -> Iterator[object]:
+    """The real demo pair, loaded once for all engine tests (used from the test thread only)."""
+    from app.session import PairConfig, SpecSession
+
+    session = SpecSession(PairConfig(target_path, draft_path, n_ctx=2048, n_threads=2))
+    yield session
+    session.close()
+
+
+@pytest.fixture(scope="session")
+def smol_session(smol_path: Path) -> Iterator[object]:
+    from app.session import PairConfig, SpecSession
+
+    session = SpecSession(PairConfig(smol_path, None, n_ctx=512, n_threads=2))
+    yield session
+    session.close()

@@ -1,0 +1,66 @@
+"""An inline message strip (errors, warnings, notes) that never blocks the window like a dialog."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal, Slot
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
+
+LEVEL_STYLES = {
+    # Light tints with dark text (and the reverse is not needed: the colours hold on dark themes too).
+    "info": ("#E8F1FA", "#0B3D66", "#0072B2"),
+    "warning": ("#FFF4E0", "#5C3B00", "#E69F00"),
+    "error": ("#FBE9E2", "#6B1E00", "#D55E00"),
+}
+
+
+class MessageBar(QFrame):
+    actionTriggered = Signal(str)  # the action key given to show()
+
+    def __init__(self, parent: QWidget | None = None, closable: bool = True) -> None:
+        super().__init__(parent)
+        self._action_key = ""
+        self._label = QLabel()
+        self._label.setWordWrap(True)
+        self._label.setOpenExternalLinks(True)
+        self._button = QPushButton()
+        self._button.hide()
+        self._close = QToolButton()
+        self._close.setText("✕")
+        self._close.setAutoRaise(True)
+        self._close.setToolTip("Dismiss")
+        self._close.setVisible(closable)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(10, 6, 6, 6)
+        layout.addWidget(self._label, 1)
+        layout.addWidget(self._button)
+        layout.addWidget(self._close)
+        self._button.clicked.connect(self._on_button_clicked)
+        self._close.clicked.connect(self._on_close_clicked)
+        self.level = "info"
+        self.hide()
+
+    def show_message(self, text: str, level: str = "info", action: tuple[str, str] | None = None) -> None:
+        """Show `text`; `action` is (button text, key emitted by actionTriggered)."""
+        bg, fg, edge = LEVEL_STYLES[level]
+        self.level = level
+        self.setStyleSheet(f"MessageBar {{ background: {bg}; border-left: 4px solid {edge}; }}"
+                           f" QLabel {{ color: {fg}; }}")
+        self._label.setText(text)
+        if action:
+            self._button.setText(action[0])
+            self._action_key = action[1]
+            self._button.show()
+        else:
+            self._button.hide()
+        self.show()
+
+    def text(self) -> str:
+        return self._label.text()
+
+    @Slot()
+    def _on_button_clicked(self) -> None:
+        self.actionTriggered.emit(self._action_key)
+
+    @Slot()
+    def _on_close_clicked(self) -> None:
+        self.hide()
