@@ -181,7 +181,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentParser:
-    from app import cli_models
+    from app import cli_hub, cli_models
 
     parser = argparse.ArgumentParser(prog="specchat", description="Speculative decoding made visible.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
@@ -209,7 +209,7 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
     add_generation_args(bench)
     bench.set_defaults(func=_cmd_bench)
 
-    cli_models.register(sub)
+    cli_models.register(sub, models_hooks=(cli_hub.register_models_hooks,))
     try:
         from app import cli_memory
     except ImportError:  # pragma: no cover - lands with the memory meter

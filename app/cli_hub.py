@@ -164,18 +164,12 @@ def _cmd_pairs(args: argparse.Namespace) -> int:
     rows = []
     for p in catalog.PAIRS:
         target, draft = local_pair(p, args.to)
-        rows.append(
-            {**p.to_json(), "local": {"target": target and str(target), "draft": draft and str(draft)}}
-        )
+        rows.append({**p.to_json(), "local": {"target": target and str(target), "draft": draft and str(draft)}})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     for r in rows:
-        have = (
-            "downloaded"
-            if r["local"]["target"] and r["local"]["draft"]
-            else f"~{r['approx_bytes'] / 1e9:.1f} GB"
-        )
+        have = "downloaded" if r["local"]["target"] and r["local"]["draft"] else f"~{r['approx_bytes'] / 1e9:.1f} GB"
         print(f"{r['name']:20s} {r['title']}  [{have}]")
         for role in ("target", "draft"):
             m = r[role]
@@ -189,11 +183,7 @@ def _report(results: list[dict[str, Any]], as_json: bool) -> None:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
         return
     for r in results:
-        how = (
-            "already downloaded"
-            if r["already_present"]
-            else f"verified SHA-256 {r['sha256'] or '(git blob)'}"
-        )
+        how = "already downloaded" if r["already_present"] else f"verified SHA-256 {r['sha256'] or '(git blob)'}"
         print(f"{r['path']}  ({how})")
 
 

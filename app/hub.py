@@ -133,9 +133,7 @@ def hub_cache_dir() -> Path:
     return Path(hf_constants.HF_HUB_CACHE).expanduser()
 
 
-def search_gguf(
-    query: str, limit: int = 20, *, hub: str | None = None, token: str | None = None
-) -> list[RepoSummary]:
+def search_gguf(query: str, limit: int = 20, *, hub: str | None = None, token: str | None = None) -> list[RepoSummary]:
     """GGUF model repositories whose id contains `query`, most downloaded first."""
     ep = endpoint(hub)
     with _translate(ep, query or "search"):
@@ -143,9 +141,7 @@ def search_gguf(
             search=query or None, filter="gguf", sort="downloads", limit=limit
         )
         return [
-            RepoSummary(
-                m.id, m.downloads, m.likes, bool(m.gated), str(m.last_modified) if m.last_modified else None
-            )
+            RepoSummary(m.id, m.downloads, m.likes, bool(m.gated), str(m.last_modified) if m.last_modified else None)
             for m in models
         ]
 
@@ -186,11 +182,7 @@ def local_copy(
         return Path(found) if isinstance(found, str) else None
     final = (models_dir or paths.models_dir()) / PurePosixPath(filename).name
     record = read_sidecar(final)
-    return (
-        final
-        if record is not None and record.get("repo_id") == repo_id and sidecar_matches(final, record)
-        else None
-    )
+    return final if record is not None and record.get("repo_id") == repo_id and sidecar_matches(final, record) else None
 
 
 def download(
@@ -212,9 +204,7 @@ def download(
     with _translate(ep, repo_id, filename):
         meta = get_hf_file_metadata(url, token=token, endpoint=ep)
     if not meta.commit_hash or not meta.etag:
-        raise HubError(
-            f"{ep} answered for {repo_id}/{filename} without a commit or ETag: is HF_ENDPOINT a Hub?"
-        )
+        raise HubError(f"{ep} answered for {repo_id}/{filename} without a commit or ETag: is HF_ENDPOINT a Hub?")
     etag, size, commit = meta.etag.lower(), meta.size, meta.commit_hash
     cache = Path(cache_dir) if cache_dir else hub_cache_dir()
     if dest == "cache":
@@ -223,18 +213,14 @@ def download(
         final = storage / "blobs" / etag
         pointer = storage / "snapshots" / commit / filename
         if pointer.exists():
-            return DownloadResult(
-                pointer, repo_id, filename, pointer.stat().st_size, _sha(etag), commit, 0, 0, True
-            )
+            return DownloadResult(pointer, repo_id, filename, pointer.stat().st_size, _sha(etag), commit, 0, 0, True)
         partial = final.with_name(etag + ".incomplete")
     else:
         final = Path(models_dir or paths.models_dir()) / PurePosixPath(filename).name
         lock = final.with_name(f".{final.name}.lock")
         record = read_sidecar(final)
         if record is not None and record.get("etag") == etag and sidecar_matches(final, record):
-            return DownloadResult(
-                final, repo_id, filename, final.stat().st_size, _sha(etag), commit, 0, 0, True
-            )
+            return DownloadResult(final, repo_id, filename, final.stat().st_size, _sha(etag), commit, 0, 0, True)
         partial = final.with_name(f".{final.name}.{etag[:16]}.part")
 
     folder = partial.parent
@@ -273,9 +259,7 @@ def _locked(lock: Path, filename: str) -> Iterator[None]:
         with WeakFileLock(lock, timeout=2):
             yield
     except FileLockTimeout:
-        raise HubError(
-            f"{filename}: another download of this file is running (lock {lock}); wait for it"
-        ) from None
+        raise HubError(f"{filename}: another download of this file is running (lock {lock}); wait for it") from None
 
 
 def _sha(etag: str) -> str | None:
@@ -346,9 +330,7 @@ def _translate(
     except HfHubHTTPError as e:
         status = e.response.status_code if e.response is not None else None
         if status == 401:
-            raise HubAuthError(
-                f"{what}: the Hub refused the token (HTTP 401); set HF_TOKEN to a valid token"
-            ) from None
+            raise HubAuthError(f"{what}: the Hub refused the token (HTTP 401); set HF_TOKEN to a valid token") from None
         if status == 403:
             raise HubAuthError(f"{what}: the token has no access (HTTP 403); check its permissions") from None
         if status == 416:
@@ -357,9 +339,9 @@ def _translate(
     except OfflineModeIsEnabled:
         raise HubError(f"{what}: HF_HUB_OFFLINE is set; unset it to download") from None
     except (httpx2.HTTPError, LocalEntryNotFoundError) as e:
+        kept = "; what was downloaded is kept, run again to resume" if filename else ""
         raise HubError(
-            f"{what}: cannot reach {ep} ({type(e).__name__}: {e}); check the connection or HF_ENDPOINT; "
-            "what was downloaded is kept, run again to resume"
+            f"{what}: cannot reach {ep} ({type(e).__name__}: {e}); check the connection or HF_ENDPOINT{kept}"
         ) from None
     except OSError as e:
         local = local_problem(filename or repo_id, folder, e) if folder is not None else None

@@ -84,16 +84,12 @@ class Tracker:
     def verifying(self, done: int, total: int) -> None:
         self._check_cancel()
         if self.callback:
-            self.callback(
-                DownloadProgress(self.filename, done, total, 0.0, None, "verify", self.resumed_from)
-            )
+            self.callback(DownloadProgress(self.filename, done, total, 0.0, None, "verify", self.resumed_from))
 
     def finish(self) -> None:
         if self.callback:
             total = self.total if self.total is not None else self.done
-            self.callback(
-                DownloadProgress(self.filename, total, total, self.speed, 0.0, "done", self.resumed_from)
-            )
+            self.callback(DownloadProgress(self.filename, total, total, self.speed, 0.0, "done", self.resumed_from))
 
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -187,6 +183,4 @@ def sidecar_matches(path: Path, record: dict[str, Any]) -> bool:
 def write_sidecar(path: Path, record: dict[str, Any]) -> None:
     st = path.stat()
     with contextlib.suppress(OSError):  # a read-only folder only costs a rehash next time
-        atomic_write_text(
-            sidecar_path(path), json.dumps({**record, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
-        )
+        atomic_write_text(sidecar_path(path), json.dumps({**record, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))

@@ -4,9 +4,10 @@ Two threads on 127.0.0.1 with random ports: the "hub" (API and `resolve/` URLs) 
 origin, as on the real Hub, where LFS files are redirected to signed storage URLs: huggingface_hub
 then takes the file's metadata from the redirect itself (X-Repo-Commit, X-Linked-Etag = the LFS
 SHA-256, X-Linked-Size) and must not send the token to the CDN. What huggingface_hub 2.4.0 was seen to
-request (see `FakeHub.log`): `GET /api/models?search=..&filter=gguf&sort=downloads&limit=..`,
-`GET /api/models/{repo}?blobs=True`, `HEAD /{repo}/resolve/main/{file}` (no redirect following to
-another origin), then `GET` of the CDN URL with `Range: bytes=N-` when resuming.
+request (`FakeHub.log` records it): `GET /api/models?filter=gguf&search=..&sort=downloads&limit=..`,
+`GET /api/models/{repo}?blobs=true`, `HEAD /{repo}/resolve/main/{file}` (a redirect to another
+origin is not followed), `GET` of the CDN URL, with `Range: bytes=N-` when resuming, and a last
+`HEAD` when `hf_hub_download` links the verified blob into the cache's snapshot.
 
 Errors carry the Hub's `X-Error-Code` header (RepoNotFound, EntryNotFound, RevisionNotFound,
 GatedRepo), which is how huggingface_hub tells them apart. Knobs for the tests: `drop_after` (close
@@ -21,6 +22,7 @@ import hashlib
 import json
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -61,6 +63,7 @@ class Logged:
     path: str
     range: str | None
     authorization: bool
+    query: str = ""
     status: int = 0
     body_bytes: int = 0
 
@@ -72,6 +75,7 @@ class FakeHub:
     drop_after: int | None = None  # one-shot: cut the next file body after this many bytes
     corrupt: set[str] = field(default_factory=set)  # LFS sha256s served with one byte flipped
     tokens: set[str] = field(default_factory=lambda: {"hf_test_granted"})
+    chunk_delay: float = 0.0  # seconds to wait after each 1 MB of a file body (a slow network)
     url: str = ""
     cdn_url: str = ""
     _servers: list[ThreadingHTTPServer] = field(default_factory=list)
@@ -79,7 +83,9 @@ class FakeHub:
 
     # --- set-up ---------------------------------------------------------------------------------
 
-    def add_repo(self, repo_id: str, files: dict[str, Path | bytes], gated: bool = False, downloads: int = 0) -> FakeRepo:
+    def add_repo(
+        self, repo_id: str, files: dict[str, Path | bytes], gated: bool = False, downloads: int = 0
+    ) -> FakeRepo:
         entries = {}
         for name, content in files.items():
             if isinstance(content, Path):
@@ -114,7 +120,9 @@ class FakeHub:
 
     def requests(self, server: str | None = None, method: str | None = None) -> list[Logged]:
         with self._lock:
-            return [e for e in self.log if (server is None or e.server == server) and (method is None or e.method == method)]
+            return [
+                e for e in self.log if (server is None or e.server == server) and (method is None or e.method == method)
+            ]
 
     def body_bytes(self, server: str = "cdn") -> int:
         return sum(e.body_bytes for e in self.requests(server, "GET"))
@@ -167,7 +175,7 @@ def _handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:
             url = urlparse(self.path)
             parts = [unquote(p) for p in url.path.strip("/").split("/")]
             self.entry = Logged(role, self.command, url.path, self.headers.get("Range"),
-                                "authorization" in {k.lower() for k in self.headers})  # fmt: skip
+                                "authorization" in {k.lower() for k in self.headers}, url.query)  # fmt: skip
             hub.record(self.entry)
             try:
                 if role == "cdn" and len(parts) == 2 and parts[0] == "lfs":
@@ -282,6 +290,8 @@ def _handler(hub: FakeHub, role: str) -> type[BaseHTTPRequestHandler]:
                         return
                     self._write(chunk)
                     pos += len(chunk)
+                    if hub.chunk_delay:
+                        time.sleep(hub.chunk_delay)
             finally:
                 if source:
                     source.close()
