@@ -38,6 +38,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("-c", "--ctx-size", type=int, default=None, help="context size in tokens")
     g.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     g.add_argument("--no-flash-attn", action="store_true", help="turn flash attention off")
+    g.add_argument("--force", action="store_true", help="load even if the pair is predicted not to fit in memory")
     g.add_argument("--repack", action="store_true", help="repack CPU weights: faster prompts, but verify "
                    "batches then round differently from one-token steps (near-ties may flip)")
 
@@ -93,6 +94,7 @@ def pair_config(args: argparse.Namespace, settings: settings_mod.Settings, targe
         n_threads=int(_pick(args.threads, cfg.n_threads)),  # type: ignore[call-overload]
         flash_attn=cfg.flash_attn and not args.no_flash_attn,
         repack=cfg.repack or args.repack,
+        force=args.force,
     )
 
 
@@ -235,10 +237,12 @@ def main(argv: Sequence[str] | None = None, extra_commands: Sequence[Register] =
     from app.chat_template import ChatTemplateError
     from app.gguf_meta import GGUFError
     from app.llama_backend import LlamaError
+    from app.memory import PredictionError, WontFitError
 
     try:
         return int(args.func(args))
-    except (UserError, LlamaError, GGUFError, ChatTemplateError, ValueError, OSError) as exc:
+    except (UserError, LlamaError, GGUFError, ChatTemplateError, WontFitError, PredictionError, ValueError,
+            OSError) as exc:
         print(f"specchat: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -35,6 +35,7 @@ class PairConfig:
     type_k: str = "f16"
     type_v: str = "f16"
     repack: bool = False  # see ModelConfig.repack: off keeps verify batches bit-exact on CPU
+    force: bool = False  # load even when the memory prediction says the pair will not fit
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,10 @@ class SpecSession:
         self._closed = False
         if config.draft is not None:
             check_pair_or_raise(config.target, config.draft)
+        if not config.force:
+            from app.memory_plan import check_fits
+
+            self.prediction = check_fits(config)  # both models counted, before any weights load
         report = progress or (lambda _label, _fraction: None)
         self.target_model = LlamaModel(ModelConfig(config.target, config.n_gpu_layers, repack=config.repack),
                                        progress=lambda f: report("target", f) or True)

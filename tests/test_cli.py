@@ -112,3 +112,10 @@ def test_no_models_configured_points_to_fetch_demo(tmp_path):
     if shutil.which("true") is None:
         pytest.skip("needs a POSIX environment")
     assert_clean_error(specchat("generate", "-p", "hi", home=tmp_path), "specchat models fetch-demo")
+
+
+def test_pair_that_will_not_fit_is_refused_before_loading(target_path, draft_path, tmp_path):
+    # A million-token context needs ~28 GiB of KV cache for the target alone: more than this machine has.
+    result = specchat("generate", "-p", "hi", "-m", target_path, "-md", draft_path, "-c", 1_000_000,
+                      home=tmp_path, timeout=60)
+    assert_clean_error(result, "predicted not to fit", "over by", "--force")
