@@ -204,7 +204,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
 
 
 def _reference_lookup(session: SpecSession, prompts: list[BenchPrompt], params: GenParams,
-                      cfg: Any) -> dict[str, float]:
+                      cfg: Any) -> dict[str, dict[str, float]]:
     """llama-cpp-python's own LlamaPromptLookupDecoding on the same prompts, for comparison."""
     from app.llama_backend import reference_prompt_lookup_tps
 
@@ -231,6 +231,10 @@ def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
                      f"{s['prompts']}, engine overhead {s['median_engine_overhead']:.2%}")
     ref = report.get("llama_cpp_python_prompt_lookup")
     if ref:
-        lines.append("llama-cpp-python LlamaPromptLookupDecoding: " +
-                     ", ".join(f"{k} {v:.2f} tok/s" for k, v in ref.items()))
+        lines.append("")
+        lines.append("llama-cpp-python's own Llama (same prompts, greedy; first to last streamed token):")
+        ours = {r.prompt_id: r.tokens_per_second for r in runs if r.mode == "lookup"}
+        for prompt_id, row in ref.items():
+            lines.append(f"{prompt_id:<16} plain {row.get('plain', 0):.2f} tok/s, LlamaPromptLookupDecoding "
+                         f"{row.get('prompt_lookup', 0):.2f} tok/s; SpecChat lookup {ours.get(prompt_id, 0):.2f} tok/s")
     return "\n".join(lines)

@@ -352,27 +352,27 @@ class ContextFullError(LlamaError):
 
 
 def reference_prompt_lookup_tps(target: Path, prompts: dict[str, list[int]], n_predict: int, n_ctx: int,
-                                n_threads: int) -> dict[str, float]:
-    """Tokens/s of llama-cpp-python's own `LlamaPromptLookupDecoding` (its defaults) on the same
-    prompt tokens, greedy, timed from the first streamed token to the last (prefill excluded)."""
+                                n_threads: int) -> dict[str, dict[str, float]]:
+    """Tokens/s of llama-cpp-python's own high-level `Llama`, plain and with its
+    `LlamaPromptLookupDecoding` (its defaults), on the same prompt tokens, greedy, timed from the
+    first streamed token to the last (prefill excluded), for a side-by-side comparison."""
     import time
 
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    llm = llama_cpp.Llama(
-        model_path=str(target), n_ctx=n_ctx, n_threads=n_threads or default_threads(),
-        flash_attn=True, draft_model=LlamaPromptLookupDecoding(), verbose=False,
-    )
-    out: dict[str, float] = {}
-    try:
-        for prompt_id, tokens in prompts.items():
-            llm.reset()
-            stamps: list[float] = []
-            for _chunk in llm.create_completion(tokens, max_tokens=n_predict, temperature=0.0, top_k=1,
-                                                stream=True):
-                stamps.append(time.perf_counter())
-            if len(stamps) > 1:
-                out[prompt_id] = (len(stamps) - 1) / (stamps[-1] - stamps[0])
-    finally:
-        llm.close()
+    out: dict[str, dict[str, float]] = {p: {} for p in prompts}
+    for label, draft in (("plain", None), ("prompt_lookup", LlamaPromptLookupDecoding())):
+        llm = llama_cpp.Llama(model_path=str(target), n_ctx=n_ctx, n_threads=n_threads or default_threads(),
+                              flash_attn=True, draft_model=draft, verbose=False)
+        try:
+            for prompt_id, tokens in prompts.items():
+                llm.reset()
+                stamps: list[float] = []
+                for _chunk in llm.create_completion(tokens, max_tokens=n_predict, temperature=0.0, top_k=1,
+                                                    stream=True):
+                    stamps.append(time.perf_counter())
+                if len(stamps) > 1:
+                    out[prompt_id][label] = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+        finally:
+            llm.close()
     return out
