@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from app import paths
 from app.atomic import atomic_write_text
-from app.events import Event, FinishEvent, StepEvent, TokenEvent, TokenFate
+from app.events import Event, FinishEvent, GenerationStats, GovernorEvent, StepEvent, TokenEvent, TokenFate
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +154,18 @@ def token_record(event: TokenEvent) -> TokenRecord:
     if event.p is not None or event.q is not None:
         record += [event.p, event.q]
     return record
+
+
+def records_from_events(events: Iterable[Event]) -> tuple[list[TokenRecord], list[GhostRecord]]:
+    tokens: list[TokenRecord] = []
+    ghosts: list[GhostRecord] = []
+    for event in events:
+        if isinstance(event, TokenEvent):
+            tokens.append(token_record(event))
+        elif isinstance(event, StepEvent) and event.rejected and event.emitted > event.accepted:
+            # Ghosts sit right before the step's corrected token; a step cut at a stop has none.
+            ghosts.append([event.position + event.accepted, event.rejected_text])
+    return tokens, ghosts
 
 
 class ChatStore:
@@ -296,15 +308,8 @@ class ReplyRecorder:
 
     def add(self, events: Iterable[Event]) -> tuple[list[TokenRecord], list[GhostRecord]]:
         """Record a batch of events; returns the new token and ghost records (to display)."""
-        tokens: list[TokenRecord] = []
-        ghosts: list[GhostRecord] = []
         start = len(self.message.tokens or [])
-        for event in events:
-            if isinstance(event, TokenEvent):
-                tokens.append(token_record(event))
-            elif isinstance(event, StepEvent) and event.rejected and event.emitted > event.accepted:
-                # Ghosts sit right before the step's corrected token; a step cut at a stop has none.
-                ghosts.append([event.position + event.accepted, event.rejected_text])
+        tokens, ghosts = records_from_events(events)
         if tokens or ghosts:
             self.store.journal(self.conv, self.index, start, tokens, ghosts)
             self.message.append_tokens(start, tokens, ghosts)
@@ -336,3 +341,17 @@ class ReplyRecorder:
 
 def stats_to_json(finish: FinishEvent) -> dict[str, Any]:
     return asdict(finish.stats)
+
+
+def stats_from_json(data: dict[str, Any] | None) -> GenerationStats | None:
+    """A stored message's statistics (None when absent or from an incompatible version)."""
+    if not data:
+        return None
+    try:
+        values = dict(data)
+        values["governor"] = tuple(GovernorEvent(**g) for g in values.get("governor", ()))
+        for key in ("per_position_acceptance", "accepted_length_histogram"):
+            values[key] = tuple(values.get(key, ()))
+        return GenerationStats(**values)
+    except (TypeError, ValueError):
+        return None

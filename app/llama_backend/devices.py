@@ -1,0 +1,285 @@
+"""llama.cpp's devices, build capabilities and its own buffer report (imports `llama_cpp`).
+
+To be folded into / re-exported by `app.llama_backend`, the project's one llama_cpp module.
+
+* `list_devices()`: the ggml backend devices of the loaded ggml library (`ggml_backend_dev_*`), with
+  the same free/total memory llama.cpp uses to split layers (CUDA, HIP, Metal, Vulkan, CPU).
+* `capabilities()`: GPU offload support, registered backends, CPU features.
+* `capture_llama_logs()`: collect llama.cpp's log lines, restoring the previous callback after.
+* `parse_buffer_report(lines)`: the "... buffer size = N MiB" lines as `MeasuredBuffer`s.
+* `measure_model(path, ...)`: load a model and a context, report their buffers, free both.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import llama_cpp
+import llama_cpp._ggml as _ggml
+
+from app.llama_backend.core import add_log_sink, ensure_backend, remove_log_sink
+from app.memory_predict import REPACK_ARM_I8MM, REPACK_X86, BuildSpec, GpuSpec
+
+DeviceType = Literal["cpu", "gpu", "igpu", "accel", "meta"]
+_DEV_TYPES: dict[int, DeviceType] = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
+_GGML_TYPES = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "iq4_nl": 20,
+    "bf16": 30,
+}
+_lock = threading.Lock()
+_protos_ready = False
+
+
+class MeasureError(RuntimeError):
+    """llama.cpp refused to load the model or create the context; the message says what to try."""
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str  # "CPU", "CUDA0", "Vulkan0", "MTL0" ...
+    description: str
+    type: DeviceType
+    free_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    gpu_offload: bool
+    backends: tuple[str, ...]
+    cpu_features: frozenset[str]
+    system_info: str
+
+
+@dataclass(frozen=True)
+class MeasuredBuffer:
+    kind: Literal["model", "repack", "kv", "output", "compute"]
+    device: str  # "CPU" for host memory (CPU, CPU_Mapped, CPU_REPACK, CUDA_Host ...), else the GPU
+    bytes: int
+    label: str  # llama.cpp's buffer name
+    role: str | None = None
+
+
+def _lib() -> ctypes.CDLL:
+    global _protos_ready
+    lib = _ggml.libggml
+    if not _protos_ready:
+        vp, sz = ctypes.c_void_p, ctypes.c_size_t
+        for name, args, res in (
+            ("ggml_backend_dev_count", [], sz),
+            ("ggml_backend_dev_get", [sz], vp),
+            ("ggml_backend_dev_name", [vp], ctypes.c_char_p),
+            ("ggml_backend_dev_description", [vp], ctypes.c_char_p),
+            ("ggml_backend_dev_type", [vp], ctypes.c_int),
+            ("ggml_backend_dev_memory", [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)], None),
+            ("ggml_backend_reg_count", [], sz),
+            ("ggml_backend_reg_get", [sz], vp),
+            ("ggml_backend_reg_name", [vp], ctypes.c_char_p),
+        ):
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, res
+        _protos_ready = True
+    return lib
+
+
+def _ensure_backend() -> None:
+    ensure_backend()  # one initialisation and one log callback for the whole process
+
+
+def _text(raw: bytes | None) -> str:
+    return raw.decode("utf-8", errors="replace") if raw else ""
+
+
+def list_devices() -> list[Device]:
+    """Every device llama.cpp can use, with its free and total memory in bytes."""
+    with _lock:
+        _ensure_backend()
+        lib = _lib()
+        out = []
+        for i in range(lib.ggml_backend_dev_count()):
+            dev = lib.ggml_backend_dev_get(i)
+            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+            lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+            out.append(
+                Device(
+                    _text(lib.ggml_backend_dev_name(dev)),
+                    _text(lib.ggml_backend_dev_description(dev)),
+                    _DEV_TYPES.get(lib.ggml_backend_dev_type(dev), "accel"),
+                    free.value,
+                    total.value,
+                )
+            )
+        return out
+
+
+def backends() -> list[str]:
+    with _lock:
+        _ensure_backend()
+        lib = _lib()
+        return [
+            _text(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
+            for i in range(lib.ggml_backend_reg_count())
+        ]
+
+
+def capabilities() -> Capabilities:
+    _ensure_backend()
+    info = _text(llama_cpp.llama_print_system_info())
+    features = frozenset(m.group(1) for m in re.finditer(r"(\w+) = 1", info))
+    return Capabilities(
+        bool(llama_cpp.llama_supports_gpu_offload()), tuple(backends()), features, info.strip()
+    )
+
+
+def build_spec(devices: Iterable[Device] | None = None, caps: Capabilities | None = None) -> BuildSpec:
+    """Describe this llama.cpp build for `app.memory_predict`: its GPUs and its repack kernels."""
+    devices = list_devices() if devices is None else list(devices)
+    caps = capabilities() if caps is None else caps
+    gpus = tuple(GpuSpec(d.name, d.free_bytes) for d in devices if d.type in ("gpu", "igpu"))
+    runtime = "cpu"
+    for name in caps.backends:
+        low = name.lower()
+        for key in ("cuda", "hip", "rocm", "metal", "vulkan", "sycl"):
+            if key in low and gpus:
+                runtime = "hip" if key == "rocm" else key
+    feats = caps.cpu_features
+    if "REPACK" in feats or not feats:
+        repack = (
+            REPACK_ARM_I8MM
+            if "MATMUL_INT8" in feats
+            else REPACK_X86
+            if "AVX2" in feats or not feats
+            else frozenset()
+        )
+    else:
+        repack = frozenset()
+    return BuildSpec(gpus=gpus, runtime=runtime, repack_types=repack)
+
+
+@contextmanager
+def capture_llama_logs() -> Iterator[list[str]]:
+    """Collect llama.cpp's log lines (complete lines, without the newline) while the block runs.
+
+    Rides on the backend's one log callback (`add_log_sink`), so other listeners keep theirs.
+    """
+    _ensure_backend()
+    lines: list[str] = []
+    pending = [""]
+
+    def _sink(_level: int, text: str) -> None:
+        pending[0] += text
+        while "\n" in pending[0]:
+            line, pending[0] = pending[0].split("\n", 1)
+            lines.append(line)
+
+    add_log_sink(_sink)
+    try:
+        yield lines
+    finally:
+        remove_log_sink(_sink)
+        if pending[0]:
+            lines.append(pending[0])
+
+
+_BUFFER_LINE = re.compile(
+    r"^\s*~?(?P<func>\w+):\s+(?P<buf>\S+)\s+(?P<kind>model|KV|output|compute)"
+    r" buffer size =\s*(?P<mib>[\d.]+) MiB"
+)
+
+
+def _device_of(buffer_name: str) -> str:
+    name = buffer_name.removesuffix("_Mapped").removesuffix("_REPACK")
+    if name.upper().startswith("CPU") or name.endswith("_Host"):
+        return "CPU"
+    return name
+
+
+def parse_buffer_report(lines: Iterable[str], role: str | None = None) -> list[MeasuredBuffer]:
+    """Buffers from llama.cpp lines such as `load_tensors:   CPU_REPACK model buffer size =   596.53 MiB`.
+
+    Sizes are printed in MiB with two decimals, so each is exact to +-5 KiB.
+    """
+    out = []
+    for line in lines:
+        m = _BUFFER_LINE.match(line)
+        if not m:
+            continue
+        buf, kind = m.group("buf"), m.group("kind")
+        k = {"model": "model", "KV": "kv", "output": "output", "compute": "compute"}[kind]
+        if k == "model" and buf.endswith("_REPACK"):
+            k = "repack"
+        out.append(MeasuredBuffer(k, _device_of(buf), round(float(m.group("mib")) * 1024 * 1024), buf, role))  # type: ignore[arg-type]
+    return out
+
+
+def measure_model(
+    path: str | Path,
+    *,
+    n_ctx: int = 4096,
+    n_gpu_layers: int = 0,
+    flash_attn: bool = True,
+    type_k: str = "f16",
+    type_v: str = "f16",
+    n_batch: int = 512,
+    n_ubatch: int = 512,
+    n_outputs_max: int = 0,
+    use_mmap: bool = True,
+    n_threads: int = 2,
+    role: str | None = None,
+) -> list[MeasuredBuffer]:
+    """Load `path` and one context as llama.cpp would for the app, return its buffer report, free both."""
+    path = Path(path)
+    if not path.is_file():
+        raise MeasureError(f"{path}: no such model file")
+    for value in (type_k, type_v):
+        if value not in _GGML_TYPES:
+            raise MeasureError(f"unknown KV cache type {value!r}; use one of {', '.join(_GGML_TYPES)}")
+    with capture_llama_logs() as lines:
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
+        if not use_mmap:
+            mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
+        model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), mparams)
+        if not model:
+            raise MeasureError(f"llama.cpp could not load {path}: " + _last_error(lines))
+        try:
+            cparams = llama_cpp.llama_context_default_params()
+            cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = n_ctx, n_batch, min(n_ubatch, n_batch)
+            cparams.n_seq_max, cparams.n_outputs_max = 1, n_outputs_max
+            cparams.n_threads = cparams.n_threads_batch = n_threads
+            cparams.flash_attn_type = (
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if flash_attn
+                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
+            cparams.type_k, cparams.type_v = _GGML_TYPES[type_k], _GGML_TYPES[type_v]
+            cparams.no_perf = True
+            ctx = llama_cpp.llama_init_from_model(model, cparams)
+            if not ctx:
+                raise MeasureError(
+                    f"llama.cpp could not create a {n_ctx}-token context for {path.name}: "
+                    + _last_error(lines)
+                )
+            llama_cpp.llama_free(ctx)
+        finally:
+            llama_cpp.llama_model_free(model)
+    return [b for b in parse_buffer_report(lines, role) if b.label]
+
+
+def _last_error(lines: list[str]) -> str:
+    errors = [ln.strip() for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
+    return errors[-1] if errors else "see the log above; the file may be corrupt or too new for this build"
