@@ -40,7 +40,8 @@ class BenchRun:
     mean_accepted_length: float
     identical: bool
     divergence: dict[str, Any] | None
-    engine_overhead: float  # Python share of decode time
+    engine_overhead: float  # share of decode time spent outside llama_decode (Python: drafting logic,
+    # verification, sampling, bookkeeping)
     governor: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list, repr=False)
     rounds_tps: list[float] = field(default_factory=list)
@@ -120,7 +121,7 @@ def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, m
                 mean_accepted_length=last.stats.mean_accepted_length,
                 identical=div is None,
                 divergence=asdict(div) if div else None,
-                engine_overhead=statistics.median(r.stats.other_ms / r.stats.decode_ms for r in runs
+                engine_overhead=statistics.median(r.stats.python_ms / r.stats.decode_ms for r in runs
                                                   if r.stats.decode_ms > 0),
                 governor=[f"step {g.step}: {g.action}" for g in last.stats.governor],
                 token_ids=list(last.tokens),

@@ -68,8 +68,8 @@ def format_stats(stats: GenerationStats) -> str:
     if stats.decode_ms > 0:
         lines.append(
             f"time: draft {stats.draft_ms:.0f} ms ({stats.draft_ms / stats.decode_ms:.0%}), verify "
-            f"{stats.verify_ms:.0f} ms ({stats.verify_ms / stats.decode_ms:.0%}), engine "
-            f"{stats.other_ms:.0f} ms ({stats.other_ms / stats.decode_ms:.1%}); {stats.steps} steps"
+            f"{stats.verify_ms:.0f} ms ({stats.verify_ms / stats.decode_ms:.0%}); engine overhead outside "
+            f"llama.cpp {stats.python_ms:.0f} ms ({stats.python_ms / stats.decode_ms:.1%}); {stats.steps} steps"
         )
     for event in stats.governor:
         lines.append(f"governor at step {event.step}: {event.action} - {event.reason}")

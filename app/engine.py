@@ -108,6 +108,8 @@ class SpecEngine:
             prepare(list(prompt))
         prefill_ms = (time.perf_counter() - t_start) * 1000.0
 
+        draft_ctx = getattr(self.drafter, "ctx", None)
+        native_start = self.target.native_ms + (draft_ctx.native_ms if draft_ctx is not None else 0.0)
         context = list(prompt)
         emitted: list[int] = []
         margins: list[float] = []
@@ -172,10 +174,11 @@ class SpecEngine:
             # holding exactly the reply's tokens, so the next call can reuse it.
             self.target.keep_common_prefix(list(prompt) + emitted)
         decode_ms = (time.perf_counter() - t_decode) * 1000.0
+        native_ms = self.target.native_ms + (draft_ctx.native_ms if draft_ctx is not None else 0.0) - native_start
         # Bytes of a character cut off by n_predict or a stop are dropped, not shown as U+FFFD, so the
         # text stays exactly the concatenation of the token events.
         stats = self._stats(tally, governor, k_max, len(prompt), n_prefilled, prefill_ms, decode_ms, len(emitted),
-                            finish)
+                            finish, max(0.0, decode_ms - native_ms))
         yield FinishEvent("".join(text_parts), tuple(prompt), tuple(emitted), stats,
                           tuple(margins[: len(emitted)]))
 
@@ -211,7 +214,7 @@ class SpecEngine:
         return out, n
 
     def _stats(self, tally: _Tally, governor: Governor, k_max: int, n_prompt: int, n_prefilled: int,
-               prefill_ms: float, decode_ms: float, n_tokens: int, finish: str) -> GenerationStats:
+               prefill_ms: float, decode_ms: float, n_tokens: int, finish: str, python_ms: float) -> GenerationStats:
         reached = tally.reached or []
         kept = tally.kept or []
         per_position = tuple(kept[i] / reached[i] for i in range(len(reached)) if reached[i])
@@ -239,4 +242,5 @@ class SpecEngine:
             finish_reason=finish,
             final_k=governor.current_k(),
             speculation_active=governor.enabled,
+            python_ms=python_ms,
         )

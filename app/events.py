@@ -86,6 +86,7 @@ class GenerationStats:
     finish_reason: str  # "stop" (end of generation), "length", "cancelled", "context"
     final_k: int
     speculation_active: bool  # False when the governor turned drafting off for the rest of the reply
+    python_ms: float = 0.0  # decode time spent outside llama_decode (both models): the engine's overhead
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,8 +86,8 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Dist:
 def top_prob(logits: np.ndarray) -> tuple[int, float]:
     """Argmax and its full-vocabulary softmax probability (the draft's confidence for --draft-p-min)."""
     best = int(np.argmax(logits))
-    top = float(logits[best])
-    return best, 1.0 / float(np.exp(logits - top, dtype=np.float64).sum())
+    # exp in float32 (3x faster than float64 here; every term is <= 1), summed in float64.
+    return best, 1.0 / float(np.exp(logits - logits[best]).sum(dtype=np.float64))
 
 
 def top_two_margin(logits: np.ndarray) -> float:

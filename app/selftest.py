@@ -38,8 +38,13 @@ def find_model(explicit: Path | None = None) -> Path | None:
     for folder in folders:
         if (folder / SMOL).is_file():
             return folder / SMOL
-    candidates = [p for folder in folders if folder.is_dir() for p in folder.glob("*.gguf")
-                  if p.is_file() and p.stat().st_size <= MAX_AUTO_BYTES]
+    candidates = [
+        p
+        for folder in folders
+        if folder.is_dir()
+        for p in folder.glob("*.gguf")
+        if p.is_file() and p.stat().st_size <= MAX_AUTO_BYTES
+    ]
     return min(candidates, key=lambda p: p.stat().st_size) if candidates else None
 
 
@@ -91,9 +96,12 @@ def run_selftest(model: Path | None = None, n_predict: int = 8) -> int:
     """0 and one report line on success; a clear message on stderr and non-zero otherwise."""
     found = find_model(model)
     if found is None:
-        print(f"self-test: no model to test with. Pass --model PATH (a small GGUF, e.g. {SMOL}), set "
-              f"SPECCHAT_SELFTEST_MODEL, or put {SMOL} in {paths.models_dir()} "
-              "(`specchat models fetch-demo --with-smollm2`).", file=sys.stderr)
+        print(
+            f"self-test: no model to test with. Pass --model PATH (a small GGUF, e.g. {SMOL}), set "
+            f"SPECCHAT_SELFTEST_MODEL, or put {SMOL} in {paths.models_dir()} "
+            "(`specchat models fetch-demo --with-smollm2`).",
+            file=sys.stderr,
+        )
         return EXIT_NO_MODEL
     if not found.is_file():
         print(f"self-test: model {found} does not exist", file=sys.stderr)
@@ -112,8 +120,11 @@ def run_selftest(model: Path | None = None, n_predict: int = 8) -> int:
         print(f"self-test FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     where = f"bundle {bundle}" if bundle is not None else f"python {sys.prefix}"
-    print(f"self-test OK: {found.name}, lookup mode, {n_tokens} tokens at {tps:.1f} tok/s "
-          f"(load {load_s:.2f} s) | libllama: {library} | {where} | llama.cpp: {info}", flush=True)
+    print(
+        f"self-test OK: {found.name}, lookup mode, {n_tokens} tokens at {tps:.1f} tok/s "
+        f"(load {load_s:.2f} s) | libllama: {library} | {where} | llama.cpp: {info}",
+        flush=True,
+    )
     return 0
 
 

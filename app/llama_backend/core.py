@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -263,6 +264,7 @@ class LlamaContext:
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.tokens: list[int] = []  # what the KV cache holds, position by position
+        self.native_ms = 0.0  # time spent inside llama_decode, to tell engine overhead from model time
 
     def decode(self, tokens: Sequence[int], logits_for: str = "last") -> None:
         """Append `tokens` at position n_past. `logits_for`: "last", "all" (one chunk only) or "none".
@@ -291,7 +293,9 @@ class LlamaContext:
                 batch.seq_id[i][0] = 0
                 batch.logits[i] = logits_for == "all" or (logits_for == "last" and last_chunk and i == len(chunk) - 1)
             batch.n_tokens = len(chunk)
+            t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(self._ctx, batch)
+            self.native_ms += (time.perf_counter() - t0) * 1000.0
             if rc != 0:
                 # Leave the cache as it was before this chunk: the caller's view stays consistent.
                 llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
