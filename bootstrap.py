@@ -69,6 +69,9 @@ def main(argv: list[str]) -> int:
         fetch_models(with_smollm2=True)
         step("checking that app/ stays free of Qt (import-linter)")
         run(BIN / "lint-imports")
+        if os.environ.get("SPECCHAT_PACKAGE_CHECK"):
+            step("building the desktop bundle and running its self-test (packaging/ci_package.sh)")
+            run("bash", "packaging/ci_package.sh")
         step("running the test suite")
         env = dict(os.environ)
         env.setdefault("QT_QPA_PLATFORM", "offscreen")

@@ -109,8 +109,11 @@ def run_selftest(model: Path | None = None, n_predict: int = 8) -> int:
     try:
         _check_data_files()
         from app import llama_backend
+        from app.llama_backend import devices
 
         info = " ".join(llama_backend.system_info().split())
+        # The devices llama.cpp sees: a GPU bundle that lost its backend library shows only CPU here.
+        found_devices = ", ".join(f"{d.name} ({d.type})" for d in devices.list_devices()) or "none"
         library = llama_library()
         bundle = bundle_dir()
         if bundle is not None and not Path(library).resolve().is_relative_to(bundle.resolve()):
@@ -122,7 +125,7 @@ def run_selftest(model: Path | None = None, n_predict: int = 8) -> int:
     where = f"bundle {bundle}" if bundle is not None else f"python {sys.prefix}"
     print(
         f"self-test OK: {found.name}, lookup mode, {n_tokens} tokens at {tps:.1f} tok/s "
-        f"(load {load_s:.2f} s) | libllama: {library} | {where} | llama.cpp: {info}",
+        f"(load {load_s:.2f} s) | devices: {found_devices} | libllama: {library} | {where} | llama.cpp: {info}",
         flush=True,
     )
     return 0

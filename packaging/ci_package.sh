@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# CI step: build the desktop bundle and run its self-test offscreen (called from .ci/run after the
+# test suite, which has created .venv and fetched SmolLM2 into the models folder).
+#
+#     bash packaging/ci_package.sh
+#
+# Fails when PyInstaller cannot build, or when the bundle cannot load llama.cpp, generate through
+# the speculative engine, show its window or find its resources. ~1.5 min on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+PY=.venv/bin/python
+[ -x "$PY" ] || { echo "ci_package.sh: .venv is missing; run python3 bootstrap.py test first" >&2; exit 2; }
+
+# X11 client libraries the xcb platform plugin links: present on build machines, they are bundled,
+# so the app starts on desktops that lack them (libxcb-cursor0 is often missing; Qt >= 6.5 needs it).
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  missing=""
+  for pkg in libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxkbcommon-x11-0; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
+  done
+  if [ -n "$missing" ]; then
+    echo "==> installing system packages:$missing"
+    # shellcheck disable=SC2086 # one word per package
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing) \
+      || echo "warning: could not install$missing; the bundle will rely on the user's copies"
+  fi
+fi
+
+echo "==> installing the packaging extra (PyInstaller)"
+if grep -q '^package *=' pyproject.toml; then
+  "$PY" -m pip install --quiet -e ".[package]"
+else  # until pyproject.toml has the extra
+  "$PY" -m pip install --quiet "pyinstaller>=6"
+fi
+
+packaging/build.sh "$@"
+echo "==> packaging step took $(( $(date +%s) - start )) s"
