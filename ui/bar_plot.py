@@ -77,7 +77,8 @@ class BarPlot(QWidget):
                        str(i + self._first_label))
             if slot >= fm.horizontalAdvance("100%") + 2 and h > 0:
                 value = f"{v:.0%}" if self._fraction else f"{v:g}"
-                p.setPen(text)
-                above = QRectF(area.left() + slot * i, area.bottom() - h - fm.height(), slot, fm.height())
-                p.drawText(above.translated(0, fm.height() if h > area.height() - fm.height() else 0),
-                           Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom, value)
+                inside = h > area.height() - fm.height()  # no room above: write inside, in white
+                p.setPen(QColor("#FFFFFF") if inside else text)
+                top = area.bottom() - h + (0 if inside else -fm.height())
+                p.drawText(QRectF(area.left() + slot * i, top, slot, fm.height()),
+                           Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignVCenter, value)

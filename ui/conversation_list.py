@@ -39,6 +39,8 @@ class ConversationList(QWidget):
         self.list = QListWidget()
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.setEditTriggers(QListWidget.EditTrigger.NoEditTriggers)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)  # long titles elide instead of scrolling
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         new_button = QPushButton("New chat")
         new_button.setToolTip("New chat (Ctrl+N)")
         top = QHBoxLayout()

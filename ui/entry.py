@@ -35,7 +35,12 @@ def _cmd_gui(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return cli.main(argv, extra_commands=[_register_gui], default_command="gui")
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--self-test"]:
+        from ui.selftest_gui import main as selftest_main
+
+        return selftest_main(args[1:])
+    return cli.main(args, extra_commands=[_register_gui], default_command="gui")
 
 
 def gui_main() -> None:

@@ -49,12 +49,12 @@ class LinePlot(QWidget):
         dim.setAlphaF(0.45)
         p.setPen(text)
         p.drawText(0, fm.ascent(), self._title)
-        area = QRectF(28, fm.height() + 6, self.width() - 32, self.height() - fm.height() - 10)
+        area = QRectF(38, fm.height() + 6, self.width() - 42, self.height() - fm.height() - 10)
         p.setPen(dim)
         for frac, label in ((0.0, "0%"), (1.0, "100%")):
             y = area.bottom() - area.height() * frac
             p.drawLine(QPointF(area.left(), y), QPointF(area.right(), y))
-            p.drawText(QRectF(0, y - fm.height() / 2, 26, fm.height()), Qt.AlignmentFlag.AlignRight, label)
+            p.drawText(QRectF(0, y - fm.height() / 2, 34, fm.height()), Qt.AlignmentFlag.AlignRight, label)
         if not self._points:
             p.drawText(area, Qt.AlignmentFlag.AlignCenter, "no drafts yet")
             return

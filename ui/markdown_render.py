@@ -9,8 +9,11 @@ of their corrected token (or of the next token, when that one was pure markup).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 from functools import lru_cache
 
+from pygments.styles import get_style_by_name
+from pygments.token import _TokenType
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -21,12 +24,12 @@ from PySide6.QtGui import (
     QTextFormat,
     QTextLength,
 )
-from pygments.styles import get_style_by_name
-from pygments.token import _TokenType
 
-from ui.markdown_runs import Block, Run, parse
+from ui.markdown_runs import Block, Run, iter_blocks
 from ui.token_style import ghost_format, ghost_text, set_monospace, token_format
 
+RUNS_PER_STEP = 32
+CHUNKS_PER_STEP = 64
 HEADING_SCALE = {1: 1.45, 2: 1.3, 3: 1.15, 4: 1.05, 5: 1.0, 6: 1.0}
 CODE_BG = {False: "#F3F4F6", True: "#2A2D33"}
 DIM = {False: "#6B6B6B", True: "#A0A0A0"}
@@ -66,13 +69,21 @@ class ReplyRenderer:
         self._starts = starts
 
     def render(self) -> None:
+        for _ in self.steps():
+            pass
+
+    def steps(self) -> Iterator[None]:
+        """Render run by run, yielding every few runs (so a long reply can be time-sliced)."""
         source = "".join(t[0] for t in self.tokens)
         first = True
-        for block in parse(source):
+        for block in iter_blocks(source):
             self._begin_block(block, first)
             first = False
-            for run in block.runs:
-                self._run(run, self._run_format(run, block))
+            for n, run in enumerate(block.runs, 1):
+                yield from self._run(run, self._run_format(run, block))
+                if n % RUNS_PER_STEP == 0:
+                    yield
+            yield
         self._flush_ghosts(len(self.tokens))
 
     # --- blocks ----------------------------------------------------------------------------------
@@ -87,7 +98,6 @@ class ReplyRenderer:
         elif block.kind == "code":
             bf.setBackground(QColor(CODE_BG[self.dark]))
             bf.setLeftMargin(6)
-            bf.setNonBreakableLines(True)
         elif block.kind == "hr":
             bf.setProperty(QTextFormat.Property.BlockTrailingHorizontalRulerWidth,
                            QTextLength(QTextLength.Type.PercentageLength, 100))
@@ -142,14 +152,20 @@ class ReplyRenderer:
             return None
         return bisect.bisect_right(self._starts, offset) - 1
 
-    def _run(self, run: Run, base: QTextCharFormat) -> None:
+    def _run(self, run: Run, base: QTextCharFormat) -> Iterator[None]:
+        """One run, split where the producing token changes; yields now and then (a paragraph can
+        hold thousands of tokens)."""
         chunk: list[str] = []
         owner: int | None = None
+        emitted = 0
         for ch, offset in zip(run.text, run.offsets, strict=False):
             t = self._owner(offset)
             if chunk and t != owner:
                 self._emit("".join(chunk), owner, base)
                 chunk = []
+                emitted += 1
+                if emitted % CHUNKS_PER_STEP == 0:
+                    yield
             owner = t
             chunk.append(ch)
         if chunk:

@@ -9,6 +9,8 @@ No Qt here: the view turns blocks into QTextDocument blocks.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from markdown_it import MarkdownIt
@@ -34,7 +36,7 @@ class Block:
     level: int = 0  # heading level
     indent: int = 0  # list / quote nesting
     lang: str = ""
-    runs: list[Run] = field(default_factory=list)
+    runs: list[Run] | Iterator[Run] = field(default_factory=list)  # code blocks: lexed lazily
 
 
 def _parser() -> MarkdownIt:
@@ -43,6 +45,7 @@ def _parser() -> MarkdownIt:
 
 
 _MD = _parser()
+_lexer_warmup = get_lexer_by_name("python")  # importing a lexer module costs ~20 ms: not mid-render
 
 
 class _Locator:
@@ -51,10 +54,7 @@ class _Locator:
     def __init__(self, source: str) -> None:
         self.source = source
         self.pos = 0
-        self.line_starts = [0]
-        for i, ch in enumerate(source):
-            if ch == "\n":
-                self.line_starts.append(i + 1)
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
 
     def seek_line(self, line: int) -> None:
         if line < len(self.line_starts):
@@ -87,9 +87,13 @@ class _Locator:
 
 
 def parse(source: str) -> list[Block]:
+    return list(iter_blocks(source))
+
+
+def iter_blocks(source: str) -> Iterator[Block]:
+    """Blocks one at a time (code is lexed when its block comes), so rendering can be time-sliced."""
     tokens = _MD.parse(source)
     loc = _Locator(source)
-    blocks: list[Block] = []
     lists: list[list[int | None]] = []  # per open list: next number (None: bullets)
     quote = 0
     bullet: str | None = None
@@ -123,7 +127,7 @@ def parse(source: str) -> list[Block]:
                 bullet = None
         elif t in ("paragraph_close", "heading_close"):
             if current is not None:
-                blocks.append(current)
+                yield current
             current = None
         elif t == "inline" and current is not None:
             limit = loc.line_end(tok.map[1]) if tok.map else None
@@ -134,15 +138,15 @@ def parse(source: str) -> list[Block]:
                 loc.seek_line(tok.map[0] + 1)  # past the opening fence
             code = tok.content.removesuffix("\n")
             lang = tok.info.strip().split(" ")[0] if t == "fence" else ""
-            blocks.append(Block("code", indent=len(lists) + quote, lang=lang,
-                                runs=_code_runs(code, lang, loc.locate(code, limit))))
+            yield Block("code", indent=len(lists) + quote, lang=lang,
+                        runs=_code_runs(code, lang, loc.locate(code, limit)))
             bullet = None
         elif t == "hr":
-            blocks.append(Block("hr"))
+            yield Block("hr")
         elif t == "tr_open":
             table_row = Block("table", indent=len(lists) + quote)
         elif t == "tr_close" and table_row is not None:
-            blocks.append(table_row)
+            yield table_row
             table_row = None
         elif t in ("th_open", "td_open") and table_row is not None:
             if table_row.runs:
@@ -152,8 +156,7 @@ def parse(source: str) -> list[Block]:
             current = None
         elif t == "html_block":
             content = tok.content.removesuffix("\n")
-            blocks.append(Block("paragraph", runs=[Run(content, loc.locate(content))]))
-    return blocks
+            yield Block("paragraph", runs=[Run(content, loc.locate(content))])
 
 
 def _inline(children: list[Token], loc: _Locator, limit: int | None) -> list[Run]:
@@ -194,13 +197,15 @@ def _lexer(lang: str) -> Lexer:
         return TextLexer()
 
 
-def _code_runs(code: str, lang: str, offsets: list[int]) -> list[Run]:
-    pieces = [(ttype, value) for ttype, value in _lexer(lang).get_tokens(code) if value]
-    if "".join(v for _, v in pieces) != code:  # a lexer that rewrote the text: leave it plain
-        return [Run(code, offsets, frozenset({"code"}))]
-    runs: list[Run] = []
+def _code_runs(code: str, lang: str, offsets: list[int]) -> Iterator[Run]:
+    """Lazily: pygments lexes as the renderer consumes, so a long code block is time-sliced too."""
     at = 0
-    for ttype, value in pieces:
-        runs.append(Run(value, offsets[at: at + len(value)], frozenset({"code"}), ttype))
+    for ttype, value in _lexer(lang).get_tokens(code):
+        if not value:
+            continue
+        if code[at: at + len(value)] != value:  # a lexer that rewrote the text: the rest stays plain
+            break
+        yield Run(value, offsets[at: at + len(value)], frozenset({"code"}), ttype)
         at += len(value)
-    return runs
+    if at < len(code):
+        yield Run(code[at:], offsets[at:], frozenset({"code"}))

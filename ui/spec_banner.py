@@ -22,7 +22,7 @@ def banner_message(state: SpecState) -> tuple[str, str, tuple[str, str] | None] 
     """(text, level, action) for a state, or None when speculation is on as asked."""
     if state.incompatible:
         return (f"<b>Speculation is off: incompatible pair.</b> {state.incompatible}", "warning",
-                ("Choose another draft…", "picker"))
+                ("Load the target alone (prompt lookup)", "target_only"))
     if state.governor is not None and state.governor.action == "disable":
         return (f"<b>The governor turned drafting off</b> for the rest of this reply at step "
                 f"{state.governor.step}: {state.governor.reason}", "warning", None)

@@ -29,7 +29,7 @@ def format_value(key: str, stats: LiveStats) -> str:
     """The text the panel shows for `key` (tests compare it with the engine's final numbers)."""
     live = "" if stats.final else "~"
     if key == "tokens_per_second":
-        return f"{live}{stats.tokens_per_second:.1f} tok/s"
+        return f"{live}{stats.tokens_per_second:.1f} tok/s" if stats.tokens or stats.final else "—"
     if key == "acceptance_rate":
         return f"{stats.acceptance_rate:.1%} ({stats.accepted}/{stats.drafted})" if stats.drafted else "—"
     if key == "mean_accepted_length":
@@ -57,7 +57,7 @@ class StatsPanel(QWidget):
         self._labels: dict[str, QLabel] = {}
         for key in FIELDS:
             label = QLabel("—")
-            label.setWordWrap(key == "governor")
+            label.setWordWrap(True)  # the side panel is narrow; long values wrap rather than widen it
             label.setObjectName(f"stat_{key}")
             self._labels[key] = label
             form.addRow(TITLES[key], label)

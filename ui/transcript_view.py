@@ -8,17 +8,42 @@ for sampled runs, p and q.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QPointF, Qt
-from PySide6.QtGui import QColor, QFont, QHelpEvent, QTextBlockFormat, QTextCharFormat, QTextCursor
+from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QHelpEvent,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextDocumentFragment,
+)
 from PySide6.QtWidgets import QTextBrowser, QToolTip, QWidget
 
 from app.chats import Message
 from ui.markdown_render import DIM, ReplyRenderer
 from ui.token_style import PROP_FATE, ghost_format, ghost_text, token_format, tooltip
 
+RENDER_SLICE_S = 0.010  # Markdown rendering per event-loop turn: the GUI never stalls on a long reply
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
+
+
+def message_meta(message: Message) -> str:
+    """The grey line beside an assistant's name: mode, models, comparison."""
+    if message.role != "assistant":
+        return ""
+    parts = [f"mode {message.mode}"] if message.mode else []
+    models = message.models or {}
+    if models.get("target"):
+        parts.append(str(models["target"]) + (f" + {models['draft']}" if models.get("draft") else ""))
+    if message.compare and message.compare.get("speedup"):
+        parts.append(f"×{message.compare['speedup']:.2f} vs plain")
+    return " · ".join(parts)
 
 
 def footer_text(message: Message) -> str:
@@ -39,24 +64,38 @@ def footer_text(message: Message) -> str:
     return " · ".join(parts)
 
 
+@dataclass
+class _RenderJob:
+    index: int
+    doc: QTextDocument
+    renderer: ReplyRenderer
+    steps: Iterator[None]
+
+
 class TranscriptView(QTextBrowser):
     """Read-only transcript; one instance per pane (chat, and each side of a comparison)."""
+
+    rendered = Signal()  # a finished reply's Markdown rendering is in the document
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setOpenExternalLinks(True)
         self.setUndoRedoEnabled(False)
+        self.setPlaceholderText("Ask something below: each token of the reply is tinted by its fate.")
         self.document().setIndentWidth(18)
         self.document().setDocumentMargin(12)
         self._colours = True
         self._ghosts = True
         self._messages: list[Message] = []
-        self._meta: list[str] = []
         self._reply_msg = -1
         self._reply_start = 0
         self._reply_count = 0
         self._pending_ghosts: dict[int, list[str]] = {}
         self._positions: dict[int, dict[int, int]] = {}  # message -> token -> document position
+        self._job: _RenderJob | None = None
+        self._render_timer = QTimer(self)
+        self._render_timer.setInterval(0)
+        self._render_timer.timeout.connect(self._on_render_timer_timeout)
 
     # --- options ---------------------------------------------------------------------------------
 
@@ -70,17 +109,20 @@ class TranscriptView(QTextBrowser):
 
     # --- whole conversations -----------------------------------------------------------------------
 
-    def set_messages(self, messages: Sequence[Message], meta: Sequence[str] | None = None) -> None:
+    def set_messages(self, messages: Sequence[Message]) -> None:
         self._messages = list(messages)
-        self._meta = list(meta or [])
         self._reply_msg = -1
         self.rerender()
 
     def rerender(self) -> None:
+        cancelled = self._job is not None
+        self._job = None
+        self._render_timer.stop()
         at_bottom = self._at_bottom()
         self.clear()
         self._positions.clear()
         cursor = self.textCursor()
+        cursor.beginEditBlock()  # one layout pass for the whole conversation
         live = self._reply_msg
         for i, message in enumerate(self._messages):
             if i == live:
@@ -88,8 +130,11 @@ class TranscriptView(QTextBrowser):
                 self._append(cursor, message.tokens or [], message.ghosts or [], 0)
             else:
                 self._render_message(cursor, i, message)
+        cursor.endEditBlock()
         if at_bottom:
             self._scroll_to_end()
+        if cancelled:
+            self.rendered.emit()  # whoever waited for the swap: everything is rendered now
 
     def _render_message(self, cursor: QTextCursor, index: int, message: Message) -> None:
         self._header(cursor, index, message)
@@ -112,9 +157,7 @@ class TranscriptView(QTextBrowser):
         fmt = QTextCharFormat()
         fmt.setFontWeight(QFont.Weight.Bold)
         title = ROLE_TITLES.get(message.role, message.role)
-        meta = self._meta[index] if index < len(self._meta) else ""
-        if not meta and message.role == "assistant" and message.mode:
-            meta = f"mode {message.mode}"
+        meta = message_meta(message)
         if cursor.position() > 0:
             cursor.insertBlock(bf, fmt)
         else:
@@ -137,23 +180,22 @@ class TranscriptView(QTextBrowser):
 
     # --- the streaming reply -------------------------------------------------------------------------
 
-    def append_message(self, message: Message, meta: str = "") -> int:
+    def append_message(self, message: Message) -> int:
         """Add a finished message (a user prompt) at the end; returns its index."""
-        index = self._push(message, meta)
+        self.complete_render()
+        index = self._push(message)
         self._render_message(self._end_cursor(), index, message)
         self._scroll_to_end()
         return index
 
-    def _push(self, message: Message, meta: str) -> int:
+    def _push(self, message: Message) -> int:
         self._messages.append(message)
-        index = len(self._messages) - 1
-        self._meta += [""] * (index + 1 - len(self._meta))
-        self._meta[index] = meta
-        return index
+        return len(self._messages) - 1
 
-    def begin_reply(self, message: Message, meta: str = "") -> None:
+    def begin_reply(self, message: Message) -> None:
         """Start showing `message` as it streams (its records arrive through append_records)."""
-        index = self._push(message, meta)
+        self.complete_render()
+        index = self._push(message)
         self._reply_msg = index
         cursor = self._end_cursor()
         self._begin_reply_at(cursor, index)
@@ -171,7 +213,10 @@ class TranscriptView(QTextBrowser):
         if self._reply_msg < 0:
             return
         at_bottom = self._at_bottom()
-        self._append(self._end_cursor(), tokens, ghosts, self._reply_count)
+        cursor = self._end_cursor()
+        cursor.beginEditBlock()  # one layout pass per batch
+        self._append(cursor, tokens, ghosts, self._reply_count)
+        cursor.endEditBlock()
         if at_bottom:
             self._scroll_to_end()
 
@@ -188,28 +233,73 @@ class TranscriptView(QTextBrowser):
         self._reply_count = start + len(tokens)
 
     def finish_reply(self) -> None:
-        """Replace the raw streamed text by the Markdown rendering (same tints), plus the footer."""
+        """Replace the raw streamed text by the Markdown rendering (same tints), plus the footer.
+
+        The rendering is built in a detached document a slice at a time (a reply of thousands of
+        tokens takes a few hundred ms), then swapped in at once; `rendered` says when it is there.
+        """
         index = self._reply_msg
         if index < 0:
             return
         self._reply_msg = -1
+        message = self._messages[index]
+        doc = QTextDocument()
+        doc.setDefaultFont(self.font())
+        doc.setIndentWidth(self.document().indentWidth())
+        renderer = ReplyRenderer(QTextCursor(doc), message.tokens or [], message.ghosts or [], index,
+                                 colours=self._colours, show_ghosts=self._ghosts, dark=self.is_dark(),
+                                 base_point_size=self.font().pointSizeF())
+        self._job = _RenderJob(index, doc, renderer, renderer.steps())
+        self._on_render_timer_timeout()  # a short reply is done in this first slice
+        if self._job is not None:
+            self._render_timer.start()
+
+    def render_pending(self) -> bool:
+        return self._job is not None
+
+    def complete_render(self) -> None:
+        """Finish a pending Markdown rendering now (before the document changes under it)."""
+        job = self._job
+        if job is not None:
+            for _ in job.steps:
+                pass
+            self._apply(job)
+
+    @Slot()
+    def _on_render_timer_timeout(self) -> None:
+        job = self._job
+        if job is None:
+            self._render_timer.stop()
+            return
+        deadline = time.perf_counter() + RENDER_SLICE_S
+        for _ in job.steps:
+            if time.perf_counter() >= deadline:
+                return  # more next tick; the raw streamed text stays on screen meanwhile
+        self._apply(job)
+
+    def _apply(self, job: _RenderJob) -> None:
+        self._job = None
+        self._render_timer.stop()
         at_bottom = self._at_bottom()
-        cursor = self.textCursor()
+        cursor = QTextCursor(self.document())
+        cursor.beginEditBlock()
         cursor.setPosition(self._reply_start)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
-        message = self._messages[index]
-        if message.tokens:
-            renderer = ReplyRenderer(cursor, message.tokens, message.ghosts or [], index,
-                                     colours=self._colours, show_ghosts=self._ghosts, dark=self.is_dark(),
-                                     base_point_size=self.font().pointSizeF())
-            renderer.render()
-            self._positions[index] = renderer.positions
-        text = footer_text(message)
+        if not job.doc.isEmpty():
+            first = job.doc.begin().blockFormat()  # insertFragment keeps the target block's format
+            cursor.insertFragment(QTextDocumentFragment(job.doc))
+            head = QTextCursor(self.document())
+            head.setPosition(self._reply_start)
+            head.setBlockFormat(first)
+        self._positions[job.index] = {t: p + self._reply_start for t, p in job.renderer.positions.items()}
+        text = footer_text(self._messages[job.index])
         if text:
             self._footer(cursor, text)
+        cursor.endEditBlock()
         if at_bottom:
             self._scroll_to_end()
+        self.rendered.emit()
 
     # --- inspection (tooltips, tests) ---------------------------------------------------------------
 

@@ -16,8 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
@@ -108,7 +107,12 @@ class _Runner(QObject):
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the window
             log.info("load failed", exc_info=True)
             self._session = None
-            self._put("error", "load", _describe(exc))
+            from app.memory import WontFitError
+            from app.session import IncompatiblePairError
+
+            kind = ("incompatible" if isinstance(exc, IncompatiblePairError)
+                    else "wontfit" if isinstance(exc, WontFitError) else "error")
+            self._put("loadfail", kind, _describe(exc))
 
     @Slot(object, object)
     def run(self, job: Job, cancel: threading.Event) -> None:
@@ -156,6 +160,7 @@ class GenerationWorker(QObject):
 
     loadProgress = Signal(str, float)  # "target" | "draft", 0..1
     loaded = Signal(object)  # LoadInfo
+    loadFailed = Signal(str, str)  # "incompatible" | "wontfit" | "error", the message (also sent through `error`)
     memoryPredicted = Signal(object)  # app.memory.PairPrediction or None
     runStarted = Signal(str, object)  # run name, GenParams
     events = Signal(str, object)  # run name, list of TokenEvent/StepEvent/GovernorEvent in order
@@ -203,8 +208,11 @@ class GenerationWorker(QObject):
     def stop(self) -> None:
         self._cancel.set()
 
-    def is_busy(self) -> bool:
-        return self._busy or self._loading
+    def is_generating(self) -> bool:
+        return self._busy
+
+    def is_loading(self) -> bool:
+        return self._loading
 
     def shutdown(self, timeout_ms: int = 120_000) -> bool:
         """Cancel, let the engine end its step, close the session on its thread, join the thread."""
@@ -216,7 +224,8 @@ class GenerationWorker(QObject):
         done = self._thread.wait(timeout_ms)
         if not done:
             log.error("the engine thread did not stop within %d ms", timeout_ms)
-        self._outbox.take()
+        self._flush_timer.stop()
+        self._drain()  # deliver the cancelled reply's last tokens and its FinishEvent, so they get saved
         return bool(done)
 
     # --- delivery -------------------------------------------------------------------------------
@@ -265,9 +274,11 @@ class GenerationWorker(QObject):
             self.runStarted.emit(run, payload)
         elif kind == "finish":
             self.finished.emit(run, payload)
+        elif kind == "loadfail":
+            self._loading = False
+            self.error.emit(payload)
+            self.loadFailed.emit(run, payload)  # after: listeners may refine the message (an action)
         elif kind == "error":
-            if run == "load":
-                self._loading = False
             self.error.emit(payload)
         elif kind == "done":
             self._busy = False
@@ -278,8 +289,9 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, MemoryError):
         return "Out of memory: the models or the context do not fit. Try a smaller context or fewer GPU layers."
     from app.llama_backend import LlamaError
+    from app.memory import PredictionError, WontFitError
 
-    if isinstance(exc, (LlamaError, OSError, ValueError)):
+    if isinstance(exc, (LlamaError, OSError, ValueError, WontFitError, PredictionError)):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
@@ -317,20 +329,9 @@ def _measured(lines: list[str], split: int | None) -> dict[str, list[Any]]:
 def _predict(config: PairConfig) -> Any:
     """The pair's predicted memory before loading (None when the metadata cannot be read)."""
     try:
-        from app import llama_devices
-        from app.gguf_meta import read_gguf
-        from app.memory import ModelSettings, budgets, predict_pair
+        from app.memory_plan import predict_for_config
 
-        devices = llama_devices.list_devices()
-        build = llama_devices.build_spec(devices)
-        if not config.repack:
-            build = replace(build, repack_types=frozenset())
-        common = ModelSettings(n_ctx=config.n_ctx, type_k=config.type_k, type_v=config.type_v,
-                               flash_attn=config.flash_attn, n_batch=config.n_batch, n_ubatch=config.n_batch)
-        ts = replace(common, n_gpu_layers=config.n_gpu_layers, n_outputs=8)
-        ds = replace(common, n_gpu_layers=config.n_gpu_layers_draft, n_ctx=config.n_ctx_draft or config.n_ctx)
-        draft = read_gguf(Path(config.draft)) if config.draft else None
-        return predict_pair(read_gguf(Path(config.target)), draft, ts, ds, build, budgets(devices))
+        return predict_for_config(config)
     except Exception:  # noqa: BLE001 - the meter is informative; loading reports real errors
         log.info("memory prediction failed", exc_info=True)
         return None

@@ -1,0 +1,74 @@
+"""`specchat gui` from the command line: Qt stays out of the other commands, the scripted options
+(--prompt, --screenshot, --quit-when-done) work end to end, and bad input is a message, not a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from PySide6.QtGui import QImage
+
+from tests.gui_support import require_working_pyside
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(args: list[str], home: Path, timeout: int = 240) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SPECCHAT_HOME": str(home), "QT_QPA_PLATFORM": "offscreen",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "ui.entry", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=timeout)
+
+
+def test_other_commands_never_load_qt() -> None:
+    code = ("import sys, ui.entry, app.cli; app.cli.build_parser([ui.entry._register_gui]); "
+            "print(sorted(m for m in sys.modules if m.startswith(('PySide6', 'qasync'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.gui
+def test_scripted_run_answers_and_takes_a_picture(smol_path: Path, tmp_path: Path) -> None:
+    require_working_pyside()
+    shot = tmp_path / "shot.png"
+    result = _run(["gui", "-m", str(smol_path), "--mode", "lookup", "-n", "12", "--prompt", "Say hello.",
+                   "--screenshot", str(shot), "--quit-when-done"], tmp_path / "home")
+    assert result.returncode == 0, result.stderr[-2000:]
+    image = QImage(str(shot))
+    assert image.width() >= 1000 and image.height() >= 600
+    [chat] = (tmp_path / "home" / "data" / "chats").glob("*.json")
+    messages = json.loads(chat.read_text(encoding="utf-8"))["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[1]["status"] == "done" and messages[1]["tokens"] and messages[1]["stats"]["n_tokens"] <= 12
+
+
+@pytest.mark.gui
+def test_missing_model_is_reported_in_the_window(tmp_path: Path) -> None:
+    shot = tmp_path / "shot.png"
+    result = _run(["gui", "-m", str(tmp_path / "nope.gguf"), "--screenshot", str(shot), "--quit-when-done"],
+                  tmp_path / "home", timeout=60)
+    assert result.returncode == 2
+    assert shot.is_file()
+    assert "Traceback" not in result.stderr
+
+
+def test_uncaught_errors_show_in_the_window(qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ui.app as gui_app
+    from ui.message_bar import MessageBar
+
+    bar = MessageBar()
+    qtbot.addWidget(bar)
+    monkeypatch.setattr(gui_app, "_window", SimpleNamespace(errors=bar))
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored afterwards
+    gui_app.install_excepthook()
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        sys.excepthook(*sys.exc_info())
+    assert "ValueError: boom" in bar.text() and bar.level == "error"

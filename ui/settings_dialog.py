@@ -1,0 +1,137 @@
+"""Settings (Ctrl+,): sampling, speculation, runtime and appearance, edited as one typed structure.
+
+The dialog reads a `Settings` and returns a new one with only its own fields changed; the window
+saves it (atomically, app.settings) and applies it: sampling and speculation to the next reply,
+runtime fields to the next load of the models, the theme at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.settings import Settings
+
+RUNTIME_FIELDS = ("n_ctx", "n_threads", "n_gpu_layers", "n_gpu_layers_draft", "flash_attn")
+
+
+def _int(low: int, high: int, special: str = "") -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(low, high)
+    if special:
+        box.setSpecialValueText(special)  # shown at the minimum, e.g. "auto"
+    return box
+
+
+def _float(low: float, high: float, step: float, decimals: int = 2) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(low, high)
+    box.setSingleStep(step)
+    box.setDecimals(decimals)
+    return box
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self._settings = settings
+        self._fields: dict[str, QWidget] = {
+            "n_predict": _int(1, 65536),
+            "temperature": _float(0.0, 2.0, 0.05),
+            "top_k": _int(0, 1000, "off"),
+            "top_p": _float(0.0, 1.0, 0.05),
+            "min_p": _float(0.0, 1.0, 0.01),
+            "seed": _int(-1, 2**31 - 1, "random"),
+            "draft_max": _int(1, 16),
+            "draft_min": _int(0, 16),
+            "draft_p_min": _float(0.0, 1.0, 0.05),
+            "adaptive": QCheckBox("let the governor change K and stop drafting when it loses"),
+            "n_ctx": _int(256, 262144),
+            "n_threads": _int(0, 512, "auto"),
+            "n_gpu_layers": _int(-1, 999, "all"),
+            "n_gpu_layers_draft": _int(-1, 999, "all"),
+            "flash_attn": QCheckBox("flash attention"),
+            "theme": QComboBox(),
+        }
+        theme = self._fields["theme"]
+        assert isinstance(theme, QComboBox)
+        theme.addItems(["system", "light", "dark"])
+        groups = (
+            ("Generation", (("Max tokens", "n_predict"), ("Temperature (0: greedy)", "temperature"),
+                            ("Top-k", "top_k"), ("Top-p", "top_p"), ("Min-p", "min_p"), ("Seed", "seed"))),
+            ("Speculation", (("Draft length K (max)", "draft_max"), ("Draft at least", "draft_min"),
+                             ("Stop drafting below p", "draft_p_min"), ("Adaptive", "adaptive"))),
+            ("Runtime (applies when models load)", (("Context", "n_ctx"), ("Threads", "n_threads"),
+                                                    ("Target GPU layers", "n_gpu_layers"),
+                                                    ("Draft GPU layers", "n_gpu_layers_draft"),
+                                                    ("", "flash_attn"))),
+            ("Appearance", (("Theme", "theme"),)),
+        )
+        columns = QHBoxLayout()
+        left, right = QVBoxLayout(), QVBoxLayout()
+        for i, (title, rows) in enumerate(groups):
+            box = QGroupBox(title)
+            form = QFormLayout(box)
+            for label, key in rows:
+                form.addRow(label, self._fields[key])
+            (left if i < 2 else right).addWidget(box)
+        right.addStretch(1)
+        columns.addLayout(left)
+        columns.addLayout(right)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(columns)
+        layout.addWidget(buttons)
+        self._load(settings)
+
+    def _load(self, s: Settings) -> None:
+        for key, widget in self._fields.items():
+            value = getattr(s, key)
+            if isinstance(widget, QCheckBox):
+                widget.setChecked(bool(value))
+            elif isinstance(widget, QComboBox):
+                widget.setCurrentText(str(value))
+            elif isinstance(widget, QSpinBox):
+                widget.setValue(-1 if value is None else int(value))
+            elif isinstance(widget, QDoubleSpinBox):
+                widget.setValue(float(value))
+
+    def changes(self) -> dict[str, Any]:
+        """The fields whose value differs from the settings the dialog opened with."""
+        out: dict[str, Any] = {}
+        for key, widget in self._fields.items():
+            value: Any
+            if isinstance(widget, QCheckBox):
+                value = widget.isChecked()
+            elif isinstance(widget, QComboBox):
+                value = widget.currentText()
+            elif isinstance(widget, QSpinBox):
+                value = widget.value()
+                if key == "seed" and value < 0:
+                    value = None
+            else:
+                assert isinstance(widget, QDoubleSpinBox)
+                value = round(widget.value(), widget.decimals())
+            if value != getattr(self._settings, key):
+                out[key] = value
+        return out
+
+    def result_settings(self) -> Settings:
+        return replace(self._settings, **self.changes())
