@@ -31,7 +31,7 @@ class SpecParams:
     draft_min: int = 0  # never cut a draft for low confidence before this many tokens
     p_min: float = 0.75  # stop drafting when the draft's top probability falls below this
     adaptive: bool = True  # let the governor change K and turn drafting off when it loses
-    k_start: int = 4
+    k_start: int = 3  # first K when adaptive: a cheap first draft while the governor measures
 
 
 @dataclass(slots=True)

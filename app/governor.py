@@ -14,7 +14,7 @@ from app.events import GovernorEvent
 
 
 class Governor:
-    def __init__(self, k_max: int, k_start: int, adaptive: bool = True, warmup_steps: int = 2) -> None:
+    def __init__(self, k_max: int, k_start: int, adaptive: bool = True, warmup_steps: int = 1) -> None:
         self.k_max = max(0, k_max)
         # Without adaptation K is fixed at its maximum: what --no-adapt and the exactness tests ask for.
         self.k = min(self.k_max, max(0, k_start)) if adaptive else self.k_max
