@@ -12,10 +12,11 @@ import codecs
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.acceptance import AcceptanceTally
 from app.drafters import Draft, Drafter
 from app.events import Event, FinishEvent, GenerationStats, StepEvent, TokenEvent, TokenFate
 from app.governor import Governor
@@ -39,28 +40,9 @@ class _Tally:
     """Running totals for the final statistics."""
 
     steps: int = 0
-    drafted: int = 0
-    accepted: int = 0
     draft_ms: float = 0.0
     verify_ms: float = 0.0
-    reached: list[int] | None = None
-    kept: list[int] | None = None
-    histogram: list[int] | None = None
-
-    def add_step(self, n_drafted: int, n_accepted: int, k_max: int) -> None:
-        self.steps += 1
-        if not n_drafted:
-            return
-        self.drafted += n_drafted
-        self.accepted += n_accepted
-        if self.reached is None:
-            self.reached, self.kept, self.histogram = [0] * k_max, [0] * k_max, [0] * (k_max + 1)
-        assert self.kept is not None and self.histogram is not None
-        for i in range(min(n_drafted, n_accepted + 1)):
-            self.reached[i] += 1
-        for i in range(n_accepted):
-            self.kept[i] += 1
-        self.histogram[n_accepted] += 1
+    acceptance: AcceptanceTally = field(default_factory=AcceptanceTally)
 
 
 class SpecEngine:
@@ -115,6 +97,7 @@ class SpecEngine:
         margins: list[float] = []
         text_parts: list[str] = []
         tally = _Tally()
+        tally.acceptance.presize(k_max)
         finish = "length"
         t_decode = time.perf_counter()
         try:
@@ -139,7 +122,8 @@ class SpecEngine:
                 self.target.truncate(n_before + 1 + accepted)
 
                 step = tally.steps
-                tally.add_step(len(draft.tokens), accepted, k_max)
+                tally.steps += 1
+                tally.acceptance.add(len(draft.tokens), accepted)
                 tally.draft_ms += draft.ms
                 tally.verify_ms += verify_ms
                 event = governor.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens), accepted,
@@ -215,10 +199,7 @@ class SpecEngine:
 
     def _stats(self, tally: _Tally, governor: Governor, k_max: int, n_prompt: int, n_prefilled: int,
                prefill_ms: float, decode_ms: float, n_tokens: int, finish: str, python_ms: float) -> GenerationStats:
-        reached = tally.reached or []
-        kept = tally.kept or []
-        per_position = tuple(kept[i] / reached[i] for i in range(len(reached)) if reached[i])
-        drafting_steps = sum(tally.histogram or [])
+        acc = tally.acceptance
         return GenerationStats(
             mode=self.drafter.mode,
             n_prompt_tokens=n_prompt,
@@ -231,13 +212,13 @@ class SpecEngine:
             verify_ms=tally.verify_ms,
             other_ms=max(0.0, decode_ms - tally.draft_ms - tally.verify_ms),
             steps=tally.steps,
-            drafted=tally.drafted,
-            accepted=tally.accepted,
-            acceptance_rate=tally.accepted / tally.drafted if tally.drafted else 0.0,
-            mean_accepted_length=tally.accepted / drafting_steps if drafting_steps else 0.0,
+            drafted=acc.drafted,
+            accepted=acc.accepted,
+            acceptance_rate=acc.acceptance_rate,
+            mean_accepted_length=acc.mean_accepted_length,
             tokens_per_step=n_tokens / tally.steps if tally.steps else 0.0,
-            per_position_acceptance=per_position,
-            accepted_length_histogram=tuple(tally.histogram or ()),
+            per_position_acceptance=acc.per_position(),
+            accepted_length_histogram=tuple(acc.histogram) if acc.drafted else (),
             governor=tuple(governor.events),
             finish_reason=finish,
             final_k=governor.current_k(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from app.acceptance import AcceptanceTally
 from app.events import Event, FinishEvent, GenerationStats, GovernorEvent, StepEvent, TokenEvent
 
 ROLLING_STEPS = 8  # drafting steps in the rolling acceptance window
@@ -19,18 +20,13 @@ ROLLING_STEPS = 8  # drafting steps in the rolling acceptance window
 class LiveStats:
     tokens: int = 0
     steps: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    drafting_steps: int = 0
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     other_ms: float = 0.0
     k: int = 0
     governor: GovernorEvent | None = None
     speculation_active: bool = True
-    reached: list[int] = field(default_factory=list)
-    kept: list[int] = field(default_factory=list)
-    histogram: list[int] = field(default_factory=list)
+    tally: AcceptanceTally = field(default_factory=AcceptanceTally)  # the engine's own bookkeeping
     rolling: list[tuple[int, float]] = field(default_factory=list)  # (reply index, acceptance)
     final: GenerationStats | None = None
     _window: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=ROLLING_STEPS))
@@ -55,25 +51,14 @@ class LiveStats:
         n = len(e.drafted)
         if not n:
             return
-        self.drafted += n
-        self.accepted += e.accepted
-        self.drafting_steps += 1
-        need = max(n, e.accepted + 1)
-        for arr in (self.reached, self.kept):
-            arr.extend([0] * (need - len(arr)))
-        self.histogram.extend([0] * (e.accepted + 1 - len(self.histogram)))
-        for i in range(min(n, e.accepted + 1)):
-            self.reached[i] += 1
-        for i in range(e.accepted):
-            self.kept[i] += 1
-        self.histogram[e.accepted] += 1
+        self.tally.add(n, e.accepted)
         self._window.append((n, e.accepted))
         drafted = sum(d for d, _ in self._window)
         self.rolling.append((e.position + e.emitted, sum(a for _, a in self._window) / drafted))
 
     def finish(self, stats: GenerationStats) -> None:
         self.final = stats
-        self.tokens, self.drafted, self.accepted = stats.n_tokens, stats.drafted, stats.accepted
+        self.tokens = stats.n_tokens
         self.k = stats.final_k
         self.other_ms = stats.other_ms
         self.speculation_active = stats.speculation_active
@@ -90,26 +75,36 @@ class LiveStats:
         return self.tokens / (ms / 1000.0) if ms > 0 else 0.0
 
     @property
+    def drafted(self) -> int:
+        return self.final.drafted if self.final else self.tally.drafted
+
+    @property
+    def accepted(self) -> int:
+        return self.final.accepted if self.final else self.tally.accepted
+
+    @property
+    def drafting_steps(self) -> int:
+        return self.tally.drafting_steps
+
+    @property
+    def histogram(self) -> list[int]:
+        return self.tally.histogram
+
+    @property
     def acceptance_rate(self) -> float:
-        if self.final:
-            return self.final.acceptance_rate
-        return self.accepted / self.drafted if self.drafted else 0.0
+        return self.final.acceptance_rate if self.final else self.tally.acceptance_rate
 
     @property
     def mean_accepted_length(self) -> float:
-        if self.final:
-            return self.final.mean_accepted_length
-        return self.accepted / self.drafting_steps if self.drafting_steps else 0.0
+        return self.final.mean_accepted_length if self.final else self.tally.mean_accepted_length
 
     @property
     def per_position_acceptance(self) -> tuple[float, ...]:
-        if self.final:
-            return self.final.per_position_acceptance
-        return tuple(k / r for k, r in zip(self.kept, self.reached, strict=False) if r)
+        return self.final.per_position_acceptance if self.final else self.tally.per_position()
 
     @property
     def accepted_length_histogram(self) -> tuple[int, ...]:
-        return self.final.accepted_length_histogram if self.final else tuple(self.histogram)
+        return self.final.accepted_length_histogram if self.final else tuple(self.tally.histogram)
 
     @property
     def time_split(self) -> tuple[float, float, float]:

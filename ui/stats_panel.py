@@ -93,8 +93,6 @@ class StatsPanel(QWidget):
         """The figures of a stored reply (conversation switched), or blank."""
         self.stats = LiveStats()
         if stats is not None:
-            self.stats.tokens = stats.n_tokens
-            self.stats.drafted, self.stats.accepted = stats.drafted, stats.accepted
             self.stats.finish(stats)
         self.refresh()
 
