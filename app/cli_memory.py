@@ -108,6 +108,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         ],
         "ram": {"available_bytes": int(vm.available), "total_bytes": int(vm.total)},
         "budget": "gpu" if any(d.type in ("gpu", "igpu") for d in devices) else "ram",
+        # Per-process use on NVIDIA GPUs (NVML); null where there is no NVIDIA driver or no nvidia-ml-py.
+        "nvml": _nvml_json(),
     }
     if args.json:
         print(json.dumps(data, indent=2))
@@ -122,9 +124,23 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             f"  {d.name:10s} {d.type:5s} {_gib(d.free_bytes)} free of {_gib(d.total_bytes)}  {d.description}"
         )
     print(f"RAM: {_gib(vm.available)} available of {_gib(vm.total)}")
+    if data["nvml"] is None:
+        print("NVML: not available (no NVIDIA driver, or nvidia-ml-py not installed: pip install specchat[nvidia])")
+    else:
+        for g in data["nvml"]:
+            print(f"NVML GPU {g['index']} {g['name']}: this process uses {_gib(g['used_bytes'])}")
     if data["budget"] == "ram":
         print("no GPU device: the memory meter budgets system RAM")
     return 0
+
+
+def _nvml_json() -> list[dict[str, Any]] | None:
+    from dataclasses import asdict
+
+    from app.nvml_usage import process_gpu_memory
+
+    uses = process_gpu_memory()
+    return None if uses is None else [asdict(u) for u in uses]
 
 
 def _llama_version() -> str:

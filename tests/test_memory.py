@@ -352,3 +352,6 @@ def test_cli_doctor_json(capsys) -> None:
     assert _run_cli(["doctor", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ram"]["total_bytes"] > 0 and data["devices"] and data["budget"] in ("gpu", "ram")
+    # NVML is reported only where an NVIDIA driver and nvidia-ml-py exist; otherwise null, never a crash.
+    assert "nvml" in data
+    assert data["nvml"] is None or all(g["used_bytes"] >= 0 for g in data["nvml"])
