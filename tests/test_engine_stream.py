@@ -34,8 +34,9 @@ def test_cancel_returns_the_partial_reply_and_its_stats(smol_session):
 
 def test_multibyte_characters_assemble_across_tokens(smol_session):
     prompt = smol_session.target_model.tokenize("Snow: 雪, 雪, 雪. Heart: ❤️❤️. Again: 雪", add_special=False)
-    finish = _collect(smol_session, prompt, GenParams("lookup", 24))[-1]
-    tokens = [e for e in _collect(smol_session, prompt, GenParams("lookup", 24)) if isinstance(e, TokenEvent)]
+    events = _collect(smol_session, prompt, GenParams("lookup", 24))
+    finish = events[-1]
+    tokens = [e for e in events if isinstance(e, TokenEvent)]
     joined = "".join(t.text for t in tokens)
     assert joined == finish.text
     assert "\ufffd" not in joined or "\ufffd" in smol_session.target_model.detokenize(finish.tokens)
