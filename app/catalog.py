@@ -67,6 +67,12 @@ def _demo(m: DemoModel, params: str) -> CatalogModel:
     return CatalogModel(role, m.hf_repo, m.filename, m.size, params, "Q4_K_M")
 
 
+# The official Qwen upload of the 0.5B draft: the draft of every Qwen2.5-Coder pair.
+QWEN_CODER_05B_DRAFT = CatalogModel(
+    "draft", "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    int(0.49 * GB), "0.5B", "Q4_K_M",
+)
+
 PAIRS: tuple[CatalogPair, ...] = (
     CatalogPair(
         "demo",
@@ -87,14 +93,7 @@ PAIRS: tuple[CatalogPair, ...] = (
             "1.5B",
             "Q4_K_M",
         ),
-        CatalogModel(
-            "draft",
-            "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
-            "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-            int(0.49 * GB),
-            "0.5B",
-            "Q4_K_M",
-        ),
+        QWEN_CODER_05B_DRAFT,
         "The demo pair from the official Qwen uploads. Small: the draft is only 1/3 of the target.",
     ),
     CatalogPair(
@@ -108,14 +107,7 @@ PAIRS: tuple[CatalogPair, ...] = (
             "7.6B",
             "Q4_K_M",
         ),
-        CatalogModel(
-            "draft",
-            "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
-            "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-            int(0.49 * GB),
-            "0.5B",
-            "Q4_K_M",
-        ),
+        QWEN_CODER_05B_DRAFT,
         "The classic llama.cpp speculative pair for code; vocabularies differ by exactly 128 padding "
         "tokens, which llama.cpp allows.",
     ),
