@@ -33,21 +33,32 @@ class Drafter(Protocol):
 
     def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft: ...
 
-    def reset(self) -> None: ...
+    def prepare(self, context: list[int]) -> None:
+        """Called once per reply before the first step (the model drafter prefills the prompt)."""
+
+    @property
+    def native_ms(self) -> float:
+        """Time this drafter has spent inside llama_decode (0 for drafters without a model)."""
 
 
-class NoDrafter:
+class _ModelFree:
+    """What a drafter without a model of its own does before a reply and inside llama.cpp: nothing."""
+
+    native_ms = 0.0
+
+    def prepare(self, context: list[int]) -> None:
+        pass
+
+
+class NoDrafter(_ModelFree):
     mode = "none"
     costs_time = False
 
     def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
         return Draft((), None, 0.0)
 
-    def reset(self) -> None:
-        pass
 
-
-class LookupDrafter:
+class LookupDrafter(_ModelFree):
     """Find the most recent earlier occurrence of the context's last n-gram and propose what followed."""
 
     mode = "lookup"
@@ -74,9 +85,6 @@ class LookupDrafter:
                 return tuple(int(t) for t in ctx[follow : follow + k])
         return ()
 
-    def reset(self) -> None:
-        pass
-
 
 class ModelDrafter:
     """Drafts with a small model. Stops early when its confidence falls below p_min."""
@@ -89,8 +97,12 @@ class ModelDrafter:
         self.p_min = p_min
         self.draft_min = draft_min
 
-    def reset(self) -> None:
-        self.ctx.clear()
+    @property
+    def native_ms(self) -> float:
+        return self.ctx.native_ms
+
+    def prepare(self, context: list[int]) -> None:
+        self.sync(context)
 
     def sync(self, context: list[int]) -> None:
         """Bring the draft cache to `context`: keep the common prefix, decode only the rest."""

@@ -85,13 +85,11 @@ class SpecEngine:
 
         t_start = time.perf_counter()
         n_prefilled = self._prefill(prompt)
-        prepare = getattr(self.drafter, "sync", None)
-        if prepare is not None and k_max > 0:
-            prepare(list(prompt))
+        if k_max > 0:
+            self.drafter.prepare(list(prompt))
         prefill_ms = (time.perf_counter() - t_start) * 1000.0
 
-        draft_ctx = getattr(self.drafter, "ctx", None)
-        native_start = self.target.native_ms + (draft_ctx.native_ms if draft_ctx is not None else 0.0)
+        native_start = self.target.native_ms + self.drafter.native_ms
         context = list(prompt)
         emitted: list[int] = []
         margins: list[float] = []
@@ -158,7 +156,7 @@ class SpecEngine:
             # holding exactly the reply's tokens, so the next call can reuse it.
             self.target.keep_common_prefix(list(prompt) + emitted)
         decode_ms = (time.perf_counter() - t_decode) * 1000.0
-        native_ms = self.target.native_ms + (draft_ctx.native_ms if draft_ctx is not None else 0.0) - native_start
+        native_ms = self.target.native_ms + self.drafter.native_ms - native_start
         # Bytes of a character cut off by n_predict or a stop are dropped, not shown as U+FFFD, so the
         # text stays exactly the concatenation of the token events.
         stats = self._stats(tally, governor, k_max, len(prompt), n_prefilled, prefill_ms, decode_ms, len(emitted),
