@@ -103,6 +103,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
                 "type": d.type,
                 "free_bytes": d.free_bytes,
                 "total_bytes": d.total_bytes,
+                "device_id": d.device_id,
+                "maps_host": d.maps_host,
+                "alignment": d.alignment,
             }
             for d in devices
         ],
@@ -243,7 +246,15 @@ def _to_json(
         "budget_kind": "gpu" if has_gpu else "ram",
         "target": _model_json(pair.target, measured.get("target", [])),
         "draft": _model_json(pair.draft, measured.get("draft", [])) if pair.draft else None,
-        "overhead": [{"device": b.device, "label": b.label, "bytes": b.bytes} for b in pair.overhead],
+        "overhead": [
+            {
+                "device": b.device,
+                "label": b.label,
+                "bytes": b.bytes,
+                "measured_bytes": _measured_overhead(measured, b.device),
+            }
+            for b in pair.overhead
+        ],
         "devices": [
             {
                 "device": u.device,
@@ -276,6 +287,12 @@ def _to_json(
     return data
 
 
+def _measured_overhead(measured: dict[str, list[Any]], device: str) -> int | None:
+    """The runtime overhead NVML saw on `device` (the largest over the models measured), else None."""
+    seen = [b.bytes for bufs in measured.values() for b in bufs if b.kind == "overhead" and b.device == device]
+    return max(seen) if seen else None
+
+
 def _mib(n: int) -> str:
     return f"{n / MiB:9.2f} MiB"
 
@@ -304,7 +321,9 @@ def _print_text(pair: PairPrediction, data: dict[str, Any], measured: dict[str, 
         for note in m.notes:
             print(f"  note: {note}")
     for o in pair.overhead:
-        print(f"\nruntime overhead on {o.device}: {_mib(o.bytes)} ({o.label}, estimate)")
+        got = _measured_overhead(measured, o.device)
+        seen = f", measured {_mib(got)} by NVML" if got is not None else ""
+        print(f"\nruntime overhead on {o.device}: {_mib(o.bytes)} ({o.label}, estimate{seen})")
     print("\ndevices:")
     for u in pair.uses:
         name = "system RAM" if u.device == "CPU" else u.device

@@ -342,10 +342,19 @@ def meter_segments(pair: PairPrediction, device: str | None = None) -> dict[str,
     return out
 
 
-def measured_segments(buffers: Iterable[BufferLike], device: str) -> dict[str, int]:
-    """llama.cpp's measured buffers (with `role` "target"/"draft") on one device, by meter segment."""
+def measured_segments(
+    buffers: Iterable[BufferLike], device: str, process_bytes: int | None = None
+) -> dict[str, int]:
+    """llama.cpp's measured buffers (with `role` "target"/"draft") on one device, by meter segment.
+
+    llama.cpp does not report the runtime overhead: the "overhead" key is present only when the
+    process's own use of the device is known (NVML), as that use less llama.cpp's buffers.
+    """
     out = dict.fromkeys(SEGMENTS, 0)
     for b in buffers:
         if b.device == device:
             out[_segment(getattr(b, "role", None), b.kind)] += b.bytes
+    del out["overhead"]
+    if process_bytes is not None:
+        out["overhead"] = max(process_bytes - sum(out.values()), 0)
     return out

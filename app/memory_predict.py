@@ -14,7 +14,10 @@ its own buffer report (see docs/MEMORY.md and tests/test_memory.py):
   buffer: no repack there.
 * Tied embeddings: the output layer reuses `token_embd`; where the output layer's buffer type differs
   from the input's (GPU, or CPU_REPACK) the matrix is duplicated there.
-* GPU weights (CUDA rules): each tensor padded to 128 bytes, quantised rows padded to 512 elements.
+* GPU weights: each backend's `get_alloc_size`, aligned to its buffer type: CUDA, HIP and SYCL pad
+  quantised rows to 512 values and align to 128 bytes; Vulkan takes the bytes as they are, aligned to
+  the device's minStorageBufferOffsetAlignment; Metal with mmap maps the file's byte range of its
+  tensors (`MTL0_Mapped`, like `CPU_Mapped`) instead of copying.
 * KV cache: `n_ctx` rounded up to 256 cells x layers x (K + V row bytes of the cache type), each
   layer's cache on its layer's device.
 * Output buffer: `max(n_outputs, n_seq_max) x n_vocab x 4` bytes in host memory (llama.cpp reserves
@@ -43,7 +46,11 @@ KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_
 REPACK_X86 = frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"})
 REPACK_ARM_I8MM = frozenset({"Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "MXFP4", "Q8_0"})
 _TENSOR_ALIGN_CPU = 32
-_GPU_ALIGN = 128
+# Tensor alignment of each runtime's device buffer type (Vulkan's is the device's
+# minStorageBufferOffsetAlignment, read from the device when known; 64 covers common GPUs).
+_GPU_ALIGN = {"cuda": 128, "hip": 128, "sycl": 128, "metal": 32, "vulkan": 64}
+# CUDA, HIP and SYCL pad quantised rows to a multiple of 512 values (MATRIX_ROW_PADDING).
+_ROW_PADDED = frozenset({"cuda", "hip", "sycl"})
 _GPU_ROW_PAD = 512
 _KV_PAD = 256
 # Device memory a GPU runtime takes per process beyond llama.cpp's buffers (context, cuBLAS/hipBLAS
@@ -62,6 +69,8 @@ RUNTIME_OVERHEAD = {
 class GpuSpec:
     name: str  # llama.cpp device name, e.g. "CUDA0"
     free_bytes: int  # used to split layers between several GPUs, as llama.cpp does
+    maps_host: bool = False  # weights mapped from the mmapped file, not copied (Metal)
+    alignment: int = 0  # the device buffer type's alignment; 0: the runtime's usual one
 
 
 @dataclass(frozen=True)
@@ -244,7 +253,7 @@ def predict_model(
         # large batches of CPU-resident matrices run on the GPU too, one copied matrix at a time.
         on_gpu = place.output_on_gpu or place.gpu_repeating_layers > 0
         cpu_weights = [t for t in shape.tensors if _tensor_device(t, shape, place) == "CPU" and t.is_matmul]
-        copy = max((_gpu_alloc(t.info) for t in cpu_weights), default=0) if settings.op_offload else 0
+        copy = max((_gpu_alloc(t.info, build, build.gpus[0]) for t in cpu_weights), default=0) if settings.op_offload else 0
         gpu = place.output_device if place.output_on_gpu else build.gpus[0].name
         if on_gpu or settings.op_offload:
             buffers.append(Buffer("compute", gpu, peak + copy, f"{gpu} compute"))
@@ -314,22 +323,27 @@ def _repackable(t: TensorInfo, build: BuildSpec) -> bool:
     return t.type in build.repack_types and len(t.shape) >= 2 and t.shape[1] % 8 == 0
 
 
-def _gpu_alloc(t: TensorInfo) -> int:
+def _gpu_alloc(t: TensorInfo, build: BuildSpec, gpu: GpuSpec) -> int:
+    """Bytes one weight takes in a GPU buffer: the backend's get_alloc_size, aligned."""
     size = t.n_bytes
     block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType[t.type]]
-    if block > 1 and t.shape[0] % _GPU_ROW_PAD:
+    if build.runtime in _ROW_PADDED and block > 1 and t.shape[0] % _GPU_ROW_PAD:
         size += (_GPU_ROW_PAD - t.shape[0] % _GPU_ROW_PAD) // block * type_size
-    return _pad(size, _GPU_ALIGN)
+    return _pad(size, gpu.alignment or _GPU_ALIGN.get(build.runtime, 128))
 
 
 def _weight_buffers(shape: Shape, place: Placement, s: ModelSettings, build: BuildSpec) -> list[Buffer]:
     cpu_plain: list[TensorInfo] = []
     repack = 0
     gpu: dict[str, int] = {}
+    gpu_mapped: dict[str, list[TensorInfo]] = {}  # Metal with mmap: a view of the file's range
+    specs = {g.name: g for g in build.gpus}
     for t in shape.tensors:
         dev = _tensor_device(t, shape, place)
-        if dev != "CPU":
-            gpu[dev] = gpu.get(dev, 0) + _gpu_alloc(t.info)
+        if dev != "CPU" and specs[dev].maps_host and s.use_mmap:
+            gpu_mapped.setdefault(dev, []).append(t.info)
+        elif dev != "CPU":
+            gpu[dev] = gpu.get(dev, 0) + _gpu_alloc(t.info, build, specs[dev])
         elif not build.has_gpu and t.is_matmul and _repackable(t.info, build):
             repack += _pad(t.info.n_bytes, _TENSOR_ALIGN_CPU)
         else:
@@ -337,15 +351,18 @@ def _weight_buffers(shape: Shape, place: Placement, s: ModelSettings, build: Bui
     emb = shape.token_embd
     if shape.tied and emb is not None:
         # The output layer multiplies by token_embd: a copy wherever its buffer type differs.
-        if place.output_on_gpu:
-            gpu[place.output_device] = gpu.get(place.output_device, 0) + _gpu_alloc(emb)
+        out_dev = place.output_device
+        if place.output_on_gpu and specs[out_dev].maps_host and s.use_mmap:
+            # The duplicated output tensor points at token_embd's bytes: the mapped range reaches them.
+            gpu_mapped.setdefault(out_dev, []).append(emb)
+        elif place.output_on_gpu:
+            gpu[out_dev] = gpu.get(out_dev, 0) + _gpu_alloc(emb, build, specs[out_dev])
         elif not build.has_gpu and _repackable(emb, build):
             repack += _pad(emb.n_bytes, _TENSOR_ALIGN_CPU)
     out: list[Buffer] = []
     if cpu_plain:
         if s.use_mmap:
-            span = max(t.offset + t.n_bytes for t in cpu_plain) - min(t.offset for t in cpu_plain)
-            out.append(Buffer("model", "CPU", span, "CPU_Mapped"))
+            out.append(Buffer("model", "CPU", _span(cpu_plain), "CPU_Mapped"))
         else:
             out.append(
                 Buffer("model", "CPU", sum(_pad(t.n_bytes, _TENSOR_ALIGN_CPU) for t in cpu_plain), "CPU")
@@ -353,4 +370,10 @@ def _weight_buffers(shape: Shape, place: Placement, s: ModelSettings, build: Bui
     if repack:
         out.append(Buffer("repack", "CPU", repack, "CPU_REPACK"))
     out += [Buffer("model", d, b, d) for d, b in gpu.items()]
+    out += [Buffer("model", d, _span(ts), f"{d}_Mapped") for d, ts in gpu_mapped.items()]
     return out
+
+
+def _span(tensors: Sequence[TensorInfo]) -> int:
+    """Bytes from the first to the last byte of these tensors in the file (llama.cpp's mapping range)."""
+    return max(t.offset + t.n_bytes for t in tensors) - min(t.offset for t in tensors)

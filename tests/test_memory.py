@@ -355,3 +355,43 @@ def test_cli_doctor_json(capsys) -> None:
     # NVML is reported only where an NVIDIA driver and nvidia-ml-py exist; otherwise null, never a crash.
     assert "nvml" in data
     assert data["nvml"] is None or all(g["used_bytes"] >= 0 for g in data["nvml"])
+
+
+def test_nvml_bus_ids_match_ggml_device_ids() -> None:
+    from app.llama_devices import Device
+    from app.nvml_usage import GpuProcessUse, match_devices, normalize_bus_id
+
+    assert normalize_bus_id("00000000:C1:00.0") == normalize_bus_id("0000:c1:00.0") == "0000:c1:00.0"
+    assert normalize_bus_id("0000:c1:00.0-v1") == ""  # a virtual CUDA device is not a PCI GPU
+    # CUDA orders GPUs fastest first, NVML by bus: the ids, not the indexes, must pair them.
+    cuda = [
+        Device("CUDA0", "RTX 4090", "gpu", 20 * GiB, 24 * GiB, "0000:c1:00.0"),
+        Device("CUDA1", "RTX 3060", "gpu", 10 * GiB, 12 * GiB, "0000:01:00.0"),
+        Device("CPU", "cpu", "cpu", 30 * GiB, 64 * GiB),
+    ]
+    nvml = [
+        GpuProcessUse(0, "RTX 3060", 1 * GiB, 12 * GiB, "0000:01:00.0"),
+        GpuProcessUse(1, "RTX 4090", 3 * GiB, 24 * GiB, "0000:c1:00.0"),
+    ]
+    got = {name: u.used_bytes for name, u in match_devices(cuda, nvml).items()}
+    assert got == {"CUDA0": 3 * GiB, "CUDA1": 1 * GiB}
+    # Without ids only a lone GPU on both sides is paired; two are left unmatched.
+    lone = [Device("CUDA0", "RTX 4090", "gpu", 20 * GiB, 24 * GiB)]
+    assert set(match_devices(lone, nvml[1:])) == {"CUDA0"}
+    assert match_devices([*lone, Device("CUDA1", "x", "gpu", 1, 1)], nvml) == {}
+
+
+def test_measured_overhead_needs_the_process_use() -> None:
+    from app.llama_devices import MeasuredBuffer
+    from app.memory import measured_segments
+
+    buffers = [
+        MeasuredBuffer("model", "CUDA0", 900 * MiB, "CUDA0", "target"),
+        MeasuredBuffer("kv", "CUDA0", 200 * MiB, "CUDA0", "target"),
+        MeasuredBuffer("model", "CUDA0", 300 * MiB, "CUDA0", "draft"),
+        MeasuredBuffer("model", "CPU", 100 * MiB, "CPU_Mapped", "target"),
+    ]
+    seg = measured_segments(buffers, "CUDA0")
+    assert "overhead" not in seg and seg["target_weights"] == 900 * MiB and seg["draft_weights"] == 300 * MiB
+    seg = measured_segments(buffers, "CUDA0", process_bytes=1800 * MiB)
+    assert seg["overhead"] == 400 * MiB  # 1800 held by the process - 1400 in llama.cpp's buffers

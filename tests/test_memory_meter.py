@@ -111,6 +111,22 @@ def test_measured_values_beside_predicted(meter: MemoryMeter) -> None:
     assert "measured" not in meter.summary()
 
 
+def test_unmeasured_overhead_says_so_and_nvml_overhead_is_shown(meter: MemoryMeter) -> None:
+    from PySide6.QtCore import QPoint
+
+    meter.set_usage({**VALUES, "overhead": GiB // 2}, budget_bytes=16 * GiB)
+    measured = {k: v for k, v in VALUES.items() if k != "overhead"}
+    meter.set_measured(measured)
+    rect = next(r for r in meter.segment_rects() if r.key == "overhead")
+    tip = meter._tooltip_at(QPoint(int(rect.x + rect.width / 2), 15))
+    assert tip.endswith("(not measured: llama.cpp does not report it)"), tip
+    meter.set_measured({**measured, "overhead": GiB // 4})
+    tip = meter._tooltip_at(QPoint(int(rect.x + rect.width / 2), 15))
+    assert tip.endswith("(measured 0.25 GiB by NVML)"), tip
+    with pytest.raises(ValueError, match="unknown meter segments"):
+        meter.set_measured({"kv": 1})
+
+
 def test_unknown_segment_is_refused(meter: MemoryMeter) -> None:
     with pytest.raises(ValueError, match="unknown meter segments"):
         meter.set_usage({"weights": 1}, budget_bytes=GiB)

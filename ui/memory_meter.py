@@ -80,6 +80,7 @@ class MemoryMeter(QWidget):
         self._compact = compact
         self._values: dict[str, int] = dict.fromkeys(SEGMENTS, 0)
         self._measured: dict[str, int] | None = None
+        self._overhead_source = "NVML"
         self._budget = 0
         self._margin = GiB
         self._device = "system RAM"
@@ -125,9 +126,17 @@ class MemoryMeter(QWidget):
         label = "system RAM" if use.kind == "ram" else use.device
         self.set_usage(meter_segments(pair, use.device), use.free_bytes, use.margin_bytes, label)
 
-    def set_measured(self, values: dict[str, int] | None) -> None:
-        """llama.cpp's measured bytes per segment after loading, shown beside the prediction (None clears)."""
-        self._measured = None if values is None else {k: max(int(values.get(k, 0)), 0) for k in SEGMENTS}
+    def set_measured(self, values: dict[str, int] | None, overhead_source: str = "NVML") -> None:
+        """Measured bytes per segment after loading, shown beside the prediction (None clears).
+
+        A segment missing from `values` was not measured and says so: llama.cpp reports its buffers
+        but not the runtime's own overhead, which only NVML (`overhead_source`) sees.
+        """
+        unknown = set(values or ()) - set(SEGMENTS)
+        if unknown:
+            raise ValueError(f"unknown meter segments: {', '.join(sorted(unknown))}")
+        self._measured = None if values is None else {k: max(int(v), 0) for k, v in values.items()}
+        self._overhead_source = overhead_source
         self._refresh()
 
     def state(self) -> str:
@@ -204,7 +213,7 @@ class MemoryMeter(QWidget):
             return
         y = text_y + fm.height() + 2
         for key in SEGMENTS:
-            if not self._values[key] and not (self._measured and self._measured[key]):
+            if not self._values[key] and not (self._measured and self._measured.get(key)):
                 continue
             p.fillRect(QRectF(bar.x(), y - fm.ascent() + 2, 10, 10), QColor(SEGMENT_COLOURS[key]))
             p.drawText(QPoint(int(bar.x()) + 16, y), self._row_text(key))
@@ -225,9 +234,12 @@ class MemoryMeter(QWidget):
 
     def _row_text(self, key: str) -> str:
         text = f"{SEGMENT_LABELS[key]}: {_gib(self._values[key])}"
-        if self._measured is not None:
-            text += f"  (measured {_gib(self._measured[key])})"
-        return text
+        if self._measured is None:
+            return text
+        if key not in self._measured:
+            return text + "  (not measured: llama.cpp does not report it)"
+        source = f" by {self._overhead_source}" if key == "overhead" else ""
+        return text + f"  (measured {_gib(self._measured[key])}{source})"
 
     def _tooltip_at(self, pos: QPoint) -> str:
         bar = self._bar_rect()
@@ -243,7 +255,8 @@ class MemoryMeter(QWidget):
     def _height(self) -> int:
         fm = QFontMetrics(self.font())
         bar = 10 if self._compact else 22
-        rows = 0 if self._compact else sum(1 for k in SEGMENTS if self._values.get(k))
+        measured = self._measured or {}
+        rows = 0 if self._compact else sum(1 for k in SEGMENTS if self._values.get(k) or measured.get(k))
         return 4 + bar + 3 + fm.height() + rows * (fm.height() + 2) + 4
 
     def _update_geometry(self) -> None:

@@ -84,7 +84,8 @@ class ModelsController(QObject):
         self.label.setText(f"{names} · loaded in {info.load_s:.1f} s")
         if self._prediction is not None and info.measured:
             buffers = [b for role in info.measured.values() for b in role]
-            self.meter.set_measured(measured_segments(buffers, self._prediction.primary.device))
+            device = self._prediction.primary.device
+            self.meter.set_measured(measured_segments(buffers, device, info.process_gpu.get(device)))
         self.modelsLoaded.emit(info)
 
     @Slot(str, str)

@@ -42,6 +42,7 @@ class LoadInfo:
     load_s: float
     modes: tuple[str, ...]
     measured: dict[str, list[Any]] = field(default_factory=dict)  # role -> llama.cpp buffer reports
+    process_gpu: dict[str, int] = field(default_factory=dict)  # GPU device -> this process's bytes (NVML)
 
 
 class _Outbox:
@@ -103,7 +104,8 @@ class _Runner(QObject):
                 self._session = SpecSession(config, progress=progress)
             measured = _measured(lines, split[0])
             modes = self._session.available_modes
-            self._put("loaded", "", LoadInfo(config, time.perf_counter() - t0, modes, measured))
+            info = LoadInfo(config, time.perf_counter() - t0, modes, measured, _process_gpu())
+            self._put("loaded", "", info)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the window
             log.info("load failed", exc_info=True)
             self._session = None
@@ -324,6 +326,18 @@ def _measured(lines: list[str], split: int | None) -> dict[str, list[Any]]:
     if split is not None:
         out["draft"] = parse_buffer_report(lines[cut:], "draft")
     return out
+
+
+def _process_gpu() -> dict[str, int]:
+    """This process's use of each NVIDIA GPU by NVML, with both models loaded ({} elsewhere)."""
+    try:
+        from app.llama_devices import list_devices
+        from app.nvml_usage import process_use_by_device
+
+        return process_use_by_device(list_devices())
+    except Exception:  # noqa: BLE001 - measurement is optional
+        log.info("NVML reading failed", exc_info=True)
+        return {}
 
 
 def _predict(config: PairConfig) -> Any:

@@ -44,6 +44,22 @@ _lock = threading.Lock()
 _protos_ready = False
 
 
+class _DevCaps(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_bool) for n in ("async_", "host_buffer", "buffer_from_host_ptr", "events", "mmap_support")]
+
+
+class _DevProps(ctypes.Structure):  # struct ggml_backend_dev_props (ggml-backend.h)
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("description", ctypes.c_char_p),
+        ("memory_free", ctypes.c_size_t),
+        ("memory_total", ctypes.c_size_t),
+        ("type", ctypes.c_int),
+        ("device_id", ctypes.c_char_p),
+        ("caps", _DevCaps),
+    ]
+
+
 class MeasureError(RuntimeError):
     """llama.cpp refused to load the model or create the context; the message says what to try."""
 
@@ -55,6 +71,9 @@ class Device:
     type: DeviceType
     free_bytes: int
     total_bytes: int
+    device_id: str | None = None  # PCI bus id "0000:c1:00.0" where the backend knows it (matches NVML)
+    maps_host: bool = False  # weights can be mapped from the mmapped file (Metal) instead of copied
+    alignment: int = 0  # the device buffer type's tensor alignment (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -67,7 +86,7 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class MeasuredBuffer:
-    kind: Literal["model", "repack", "kv", "output", "compute"]
+    kind: Literal["model", "repack", "kv", "output", "compute", "overhead"]
     device: str  # "CPU" for host memory (CPU, CPU_Mapped, CPU_REPACK, CUDA_Host ...), else the GPU
     bytes: int
     label: str  # llama.cpp's buffer name
@@ -89,6 +108,9 @@ def _lib() -> ctypes.CDLL:
             ("ggml_backend_reg_count", [], sz),
             ("ggml_backend_reg_get", [sz], vp),
             ("ggml_backend_reg_name", [vp], ctypes.c_char_p),
+            ("ggml_backend_dev_get_props", [vp, ctypes.POINTER(_DevProps)], None),
+            ("ggml_backend_dev_buffer_type", [vp], vp),
+            ("ggml_backend_buft_get_alignment", [vp], sz),
         ):
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = args, res
@@ -112,15 +134,20 @@ def list_devices() -> list[Device]:
         out = []
         for i in range(lib.ggml_backend_dev_count()):
             dev = lib.ggml_backend_dev_get(i)
-            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-            lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+            props = _DevProps()
+            lib.ggml_backend_dev_get_props(dev, ctypes.byref(props))
+            kind = _DEV_TYPES.get(props.type, "accel")
+            buft = lib.ggml_backend_dev_buffer_type(dev) if kind in ("gpu", "igpu") else None
             out.append(
                 Device(
-                    _text(lib.ggml_backend_dev_name(dev)),
-                    _text(lib.ggml_backend_dev_description(dev)),
-                    _DEV_TYPES.get(lib.ggml_backend_dev_type(dev), "accel"),
-                    free.value,
-                    total.value,
+                    _text(props.name),
+                    _text(props.description),
+                    kind,
+                    props.memory_free,
+                    props.memory_total,
+                    _text(props.device_id) or None,
+                    bool(props.caps.buffer_from_host_ptr),
+                    lib.ggml_backend_buft_get_alignment(buft) if buft else 0,
                 )
             )
         return out
@@ -149,7 +176,11 @@ def build_spec(devices: Iterable[Device] | None = None, caps: Capabilities | Non
     """Describe this llama.cpp build for `app.memory_predict`: its GPUs and its repack kernels."""
     devices = list_devices() if devices is None else list(devices)
     caps = capabilities() if caps is None else caps
-    gpus = tuple(GpuSpec(d.name, d.free_bytes) for d in devices if d.type in ("gpu", "igpu"))
+    gpus = tuple(
+        GpuSpec(d.name, d.free_bytes, d.maps_host, d.alignment)
+        for d in devices
+        if d.type in ("gpu", "igpu")
+    )
     runtime = "cpu"
     for name in caps.backends:
         low = name.lower()
@@ -274,10 +305,22 @@ def measure_model(
                     f"llama.cpp could not create a {n_ctx}-token context for {path.name}: "
                     + _last_error(lines)
                 )
+            process = _process_use()  # while the model and its context are alive
             llama_cpp.llama_free(ctx)
         finally:
             llama_cpp.llama_model_free(model)
-    return [b for b in parse_buffer_report(lines, role) if b.label]
+    buffers = [b for b in parse_buffer_report(lines, role) if b.label]
+    # NVML sees what the process holds on each GPU; llama.cpp's own buffers aside, that is the runtime.
+    for dev, used in process.items():
+        ours = sum(b.bytes for b in buffers if b.device == dev)
+        buffers.append(MeasuredBuffer("overhead", dev, max(used - ours, 0), "NVML: process less buffers", role))
+    return buffers
+
+
+def _process_use() -> dict[str, int]:
+    from app.nvml_usage import process_use_by_device
+
+    return process_use_by_device(list_devices())
 
 
 def _last_error(lines: list[str]) -> str:
