@@ -170,6 +170,18 @@ def test_side_by_side_comparison(window: Any, qtbot: Any) -> None:
     window.controller.select(conv_id)
     assert view.badge.text() == badge and view.speedup.text() == f"<b>Speedup ×{speedup:.2f}</b>"
     assert f"{plain.stats.tokens_per_second:.1f} tok/s" in view.title("plain")
+    # The stored pace replays both runs after a reload: each ends at its own decode time.
+    pace = {"plain": saved.compare["plain"]["pace"], "spec": saved.compare["spec_pace"]}
+    for name, fin in (("plain", plain), ("spec", spec)):
+        assert pace[name][-1][0] == pytest.approx(fin.stats.decode_ms, rel=1e-3)
+        assert pace[name][-1][1] >= len(fin.tokens)
+    assert view.replay_button.isEnabled()
+    texts = {name: view.views[name].toPlainText() for name in ("plain", "spec")}
+    view.replay_button.click()
+    assert view.views["plain"].toPlainText().strip() == "Assistant"  # the replay starts from nothing
+    qtbot.waitUntil(lambda: not view._timer.isActive(), timeout=60_000)
+    for name in ("plain", "spec"):
+        qtbot.waitUntil(lambda n=name: view.views[n].toPlainText() == texts[n], timeout=10_000)
 
 
 def test_closing_mid_reply_exits_cleanly_and_keeps_the_text(qtbot: Any, smol_path: Path, tmp_path: Path) -> None:

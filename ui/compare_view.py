@@ -39,6 +39,7 @@ class _Run:
         self.message = Message("assistant", "", tokens=[], ghosts=[])
         self.steps: list[tuple[float, int]] = []  # (cumulative draft + verify ms, tokens so far)
         self.finish: FinishEvent | None = None
+        self.saved_pace: list[list[float]] | None = None  # a stored comparison's pace()
         self._ms = 0.0
 
     def add(self, events: list[Event]) -> tuple[list[list], list[list]]:
@@ -50,16 +51,23 @@ class _Run:
         self.message.append_tokens(len(self.message.tokens or []), tokens, ghosts)
         return tokens, ghosts
 
+    def pace(self) -> list[list[float]]:
+        """[[ms into the decode, tokens shown by then], ...]: step times scaled to the decode time,
+        stored with a comparison so it can be replayed after a restart."""
+        if self.saved_pace is not None:
+            return self.saved_pace
+        if not self.steps or self.finish is None:
+            return []
+        scale = self.finish.stats.decode_ms / self.steps[-1][0] if self.steps[-1][0] > 0 else 1.0
+        return [[round(ms * scale, 2), n] for ms, n in self.steps]
+
     def count_at(self, elapsed_ms: float) -> int:
         """Tokens shown `elapsed_ms` into a replay at this run's measured pace."""
-        if not self.steps or self.finish is None:
-            return 0
-        scale = self.finish.stats.decode_ms / self.steps[-1][0] if self.steps[-1][0] > 0 else 1.0
         count = 0
-        for ms, n in self.steps:
-            if ms * scale > elapsed_ms:
+        for ms, n in self.pace():
+            if ms > elapsed_ms:
                 break
-            count = n
+            count = int(n)
         return count
 
 
@@ -152,7 +160,12 @@ class CompareView(QWidget):
             return None
         div = first_divergence(plain, spec) if self._greedy else None
         return {
-            "plain": {"tokens": self._runs["plain"].message.tokens, "stats": self._runs["plain"].message.stats},
+            "plain": {
+                "tokens": self._runs["plain"].message.tokens,
+                "stats": self._runs["plain"].message.stats,
+                "pace": self._runs["plain"].pace(),
+            },
+            "spec_pace": self._runs["spec"].pace(),
             "speedup": self._speedup(),
             "greedy": self._greedy,
             "identical": self._greedy and div is None,
@@ -181,6 +194,8 @@ class CompareView(QWidget):
         self._runs["plain"].message = Message("assistant", "", tokens=plain.get("tokens") or [], ghosts=[],
                                               stats=plain.get("stats"))
         self._runs["spec"].message = reply
+        self._runs["plain"].saved_pace = _valid_pace(plain.get("pace"))
+        self._runs["spec"].saved_pace = _valid_pace(saved.get("spec_pace"))
         for name in RUNS:
             message = self._runs[name].message
             self.views[name].set_messages([message])
@@ -188,7 +203,8 @@ class CompareView(QWidget):
             self._set_title(name, f"{speed:.1f} tok/s" if speed is not None else "")
         if saved:
             self._show_verdict(saved, reply.stats or {})
-        self.replay_button.setEnabled(False)  # step timings are not stored: nothing to replay
+        # Comparisons saved before their pace was stored have nothing to replay.
+        self.replay_button.setEnabled(all(self._runs[n].saved_pace for n in RUNS))
 
     def _show_verdict(self, result: dict[str, Any], spec_stats: dict[str, Any]) -> None:
         self.speedup.setText(f"<b>Speedup ×{result.get('speedup', 0.0):.2f}</b>")
@@ -276,3 +292,13 @@ class CompareView(QWidget):
                 running = True
         if not running:
             self._timer.stop()
+
+
+def _valid_pace(value: Any) -> list[list[float]] | None:
+    """A stored pace, if it is a list of [ms, tokens] pairs (a hand-edited file must not crash)."""
+    if not isinstance(value, list) or not value:
+        return None
+    ok = all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p) for p in value
+    )
+    return [[float(ms), int(n)] for ms, n in value] if ok else None
