@@ -253,7 +253,8 @@ def predict_model(
         # large batches of CPU-resident matrices run on the GPU too, one copied matrix at a time.
         on_gpu = place.output_on_gpu or place.gpu_repeating_layers > 0
         cpu_weights = [t for t in shape.tensors if _tensor_device(t, shape, place) == "CPU" and t.is_matmul]
-        copy = max((_gpu_alloc(t.info, build, build.gpus[0]) for t in cpu_weights), default=0) if settings.op_offload else 0
+        copy = max((_gpu_alloc(t.info, build, build.gpus[0]) for t in cpu_weights), default=0)
+        copy = copy if settings.op_offload else 0
         gpu = place.output_device if place.output_on_gpu else build.gpus[0].name
         if on_gpu or settings.op_offload:
             buffers.append(Buffer("compute", gpu, peak + copy, f"{gpu} compute"))

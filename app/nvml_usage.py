@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from app.memory_fit import DeviceLike
+
 
 @dataclass(frozen=True)
 class GpuProcessUse:
@@ -21,11 +23,7 @@ class GpuProcessUse:
     pci_bus_id: str = ""  # normalised like ggml's device_id: "0000:c1:00.0"
 
 
-class DeviceLike(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def type(self) -> str: ...
+class PciDevice(DeviceLike, Protocol):
     @property
     def device_id(self) -> str | None: ...
 
@@ -82,7 +80,7 @@ def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def match_devices(devices: Iterable[DeviceLike], uses: Iterable[GpuProcessUse]) -> dict[str, GpuProcessUse]:
+def match_devices(devices: Iterable[PciDevice], uses: Iterable[GpuProcessUse]) -> dict[str, GpuProcessUse]:
     """llama.cpp device name -> NVML's reading of the same GPU, matched by PCI bus id.
 
     CUDA and NVML number GPUs differently (fastest first vs bus order), so indexes are not trusted;
@@ -102,7 +100,7 @@ def match_devices(devices: Iterable[DeviceLike], uses: Iterable[GpuProcessUse]) 
     return out
 
 
-def process_use_by_device(devices: Iterable[DeviceLike]) -> dict[str, int]:
+def process_use_by_device(devices: Iterable[PciDevice]) -> dict[str, int]:
     """This process's bytes per llama.cpp GPU device, as NVML sees them ({} without NVML)."""
     uses = process_gpu_memory()
     if not uses:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPaintEvent
+from PySide6.QtGui import QColor, QFontMetrics, QPainter
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from ui.painted import PaintedWidget
 
-class BarPlot(QWidget):
+
+class BarPlot(PaintedWidget):
     def __init__(self, title: str, colour: str, *, fraction: bool, first_label: int = 0,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -41,18 +43,9 @@ class BarPlot(QWidget):
                  for i, v in enumerate(self._values)]
         return f"{self._title}\n" + ", ".join(items)
 
-    def paintEvent(self, _event: QPaintEvent) -> None:  # noqa: N802 - Qt override
-        p = QPainter(self)
-        try:
-            self._paint(p)
-        finally:
-            p.end()
-
     def _paint(self, p: QPainter) -> None:
         fm = QFontMetrics(self.font())
-        text = self.palette().windowText().color()
-        dim = QColor(text)
-        dim.setAlphaF(0.55)
+        text, dim = self.text_colour(), self.text_colour(0.55)
         p.setPen(text)
         p.drawText(0, fm.ascent(), self._title)
         top = fm.height() + 4

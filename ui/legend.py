@@ -3,31 +3,28 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Signal, Slot
-from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen
+from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QWidget
 
 from app.events import TokenFate
 from app.palette import FATE_LABELS, GHOST_COLOUR
+from ui.painted import PaintedWidget
 from ui.token_style import tint
 
 
-class _Swatch(QWidget):
+class _Swatch(PaintedWidget):
     def __init__(self, colour: QColor, ghost: bool = False, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._colour = colour
         self._ghost = ghost
         self.setFixedSize(22, 14)
 
-    def paintEvent(self, _event: QPaintEvent) -> None:  # noqa: N802 - Qt override
-        p = QPainter(self)
-        try:
-            if self._ghost:
-                p.setPen(QPen(self._colour, 1.5))
-                p.drawLine(2, 7, 20, 7)
-            else:
-                p.fillRect(self.rect(), self._colour)
-        finally:
-            p.end()
+    def _paint(self, p: QPainter) -> None:
+        if self._ghost:
+            p.setPen(QPen(self._colour, 1.5))
+            p.drawLine(2, 7, 20, 7)
+        else:
+            p.fillRect(self.rect(), self._colour)
 
 
 class Legend(QWidget):

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPainterPath, QPaintEvent, QPen
+from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from ui.painted import PaintedWidget
 
-class LinePlot(QWidget):
+
+class LinePlot(PaintedWidget):
     """y in 0..1 against x (token index); a dashed line marks the overall mean."""
 
     def __init__(self, title: str, colour: str, parent: QWidget | None = None) -> None:
@@ -34,19 +36,9 @@ class LinePlot(QWidget):
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
         return QSize(220, 84)
 
-    def paintEvent(self, _event: QPaintEvent) -> None:  # noqa: N802 - Qt override
-        p = QPainter(self)
-        try:
-            self._paint(p)
-        finally:
-            p.end()
-
     def _paint(self, p: QPainter) -> None:
-        p.setRenderHint(QPainter.RenderHint.Antialiasing)
         fm = QFontMetrics(self.font())
-        text = self.palette().windowText().color()
-        dim = QColor(text)
-        dim.setAlphaF(0.45)
+        text, dim = self.text_colour(), self.text_colour(0.45)
         p.setPen(text)
         p.drawText(0, fm.ascent(), self._title)
         area = QRectF(38, fm.height() + 6, self.width() - 42, self.height() - fm.height() - 10)

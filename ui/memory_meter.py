@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QPoint, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFontMetrics, QHelpEvent, QPainter, QPaintEvent, QPen
+from PySide6.QtGui import QColor, QFontMetrics, QHelpEvent, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from app.memory import SEGMENTS, GiB, PairPrediction, meter_segments
+from ui.painted import PaintedWidget
 
 # Okabe-Ito: told apart with the common colour-vision deficiencies; neighbours differ in lightness.
 SEGMENT_COLOURS = {
@@ -70,7 +71,7 @@ def _gib(n: int) -> str:
     return f"{n / GiB:.2f} GiB"
 
 
-class MemoryMeter(QWidget):
+class MemoryMeter(PaintedWidget):
     """Stacked bar of predicted (and measured) memory against a device budget."""
 
     stateChanged = Signal(str)  # "ok", "tight" or "over"
@@ -181,15 +182,7 @@ class MemoryMeter(QWidget):
             return True
         return super().event(e)
 
-    def paintEvent(self, _event: QPaintEvent) -> None:  # noqa: N802 - Qt override
-        p = QPainter(self)
-        try:
-            self._paint(p)
-        finally:
-            p.end()
-
     def _paint(self, p: QPainter) -> None:
-        p.setRenderHint(QPainter.RenderHint.Antialiasing)
         bar = self._bar_rect()
         for s in self.segment_rects():
             colour = FREE_COLOUR if s.key == "free" else SEGMENT_COLOURS[s.key]
