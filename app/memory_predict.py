@@ -71,6 +71,7 @@ class GpuSpec:
     free_bytes: int  # used to split layers between several GPUs, as llama.cpp does
     maps_host: bool = False  # weights mapped from the mmapped file, not copied (Metal)
     alignment: int = 0  # the device buffer type's alignment; 0: the runtime's usual one
+    max_tensor_bytes: int = 0  # a larger weight stays on the CPU (Vulkan's maxStorageBufferRange); 0: none
 
 
 @dataclass(frozen=True)
@@ -249,19 +250,82 @@ def predict_model(
     if not build.has_gpu:
         buffers.append(Buffer("compute", "CPU", peak, "CPU compute"))
     else:
-        # Unverified on a GPU here: the worst-case graph runs where the layers are, and with op_offload
-        # large batches of CPU-resident matrices run on the GPU too, one copied matrix at a time.
-        on_gpu = place.output_on_gpu or place.gpu_repeating_layers > 0
-        cpu_weights = [t for t in shape.tensors if _tensor_device(t, shape, place) == "CPU" and t.is_matmul]
-        copy = max((_gpu_alloc(t.info, build, build.gpus[0]) for t in cpu_weights), default=0)
-        copy = copy if settings.op_offload else 0
-        gpu = place.output_device if place.output_on_gpu else build.gpus[0].name
-        if on_gpu or settings.op_offload:
-            buffers.append(Buffer("compute", gpu, peak + copy, f"{gpu} compute"))
-        host = 2 * shape.n_embd * _n_tokens(settings, n_ctx_req, n_ctx) * 4
-        buffers.append(Buffer("compute", "CPU", host if on_gpu else peak, "CPU host compute"))
-        notes.append("GPU figures follow llama.cpp's CUDA rules; they are not measured on this machine")
+        buffers += _gpu_compute(shape, place, settings, build, n_ctx_req, n_ctx)
+        if build.runtime != "vulkan":
+            notes.append(
+                f"{build.runtime.upper()} compute buffers follow the rules measured on llama.cpp's Vulkan "
+                "backend; they are not yet measured on this backend"
+            )
     return ModelPrediction(role, str(info.path), shape.n_layer, n_ctx, place, tuple(buffers), tuple(notes))
+
+
+def _gpu_compute(
+    shape: Shape, place: Placement, s: ModelSettings, build: BuildSpec, n_ctx_req: int, n_ctx: int
+) -> list[Buffer]:
+    """Compute buffers of a GPU build (rules measured on llama.cpp's Vulkan backend, docs/MEMORY.md).
+
+    The GPU holds the worst-case graph of its layers; the logits phase only where the output matrix
+    multiply runs there. With op_offload, large batches of CPU-resident matrices run on the GPU too,
+    and it holds copies of two of them at once. The host keeps the graph inputs (2E and the KQ
+    mask), or the logits when the output matrix stays on the CPU.
+    """
+    phases = _compute_phases(shape, s, n_ctx_req, n_ctx)
+    gpu0 = build.gpus[0]
+    out_weight = _output_weight(shape)
+    out_dev = _weight_device(out_weight, shape, place, build) if out_weight else place.output_device
+    logits_on_gpu = out_dev != "CPU"
+    cpu_mats = [
+        t.info for t in shape.tensors if t.is_matmul and _weight_device(t, shape, place, build) == "CPU"
+    ]
+    if out_weight is not None and shape.tied and not logits_on_gpu:
+        cpu_mats.append(out_weight.info)  # the output multiply reads token_embd on the CPU
+    # Only matrices the GPU accepts are copied there (an oversized one runs on the CPU).
+    copies = sorted(
+        (_gpu_alloc(t, build, gpu0) for t in cpu_mats if _fits(t, build, gpu0)), reverse=True
+    )
+    on_gpu = logits_on_gpu or place.gpu_repeating_layers > 0
+    offloads = s.op_offload and bool(copies)
+    if not on_gpu and not offloads:
+        return [Buffer("compute", "CPU", max(phases[k] for k in ("attention", "ffn", "logits")), "CPU compute")]
+    # The logits are computed on the GPU where the output multiply runs there or is offloaded there.
+    out_copied = offloads and out_weight is not None and _fits(out_weight.info, build, gpu0)
+    logits_gpu = logits_on_gpu or out_copied
+    scores_on_cpu = bool(gpu0.max_tensor_bytes) and phases["scores_tensor"] > gpu0.max_tensor_bytes
+    if scores_on_cpu:
+        attention, ffn = phases["attention_gpu_no_scores"], phases["ffn_gpu_no_mask"]
+    else:
+        attention, ffn = phases["attention_gpu"], phases["ffn_gpu"]
+    gpu_peak = max(attention, ffn, phases["logits_gpu"] if logits_gpu else 0)
+    if offloads:
+        gpu_peak += sum(copies[:2])
+    gpu = out_dev if logits_on_gpu else gpu0.name
+    host = phases["inputs"] if logits_gpu else max(phases["inputs"], phases["logits_gpu"])
+    if scores_on_cpu:
+        host = max(host, phases["attention"])
+    return [Buffer("compute", gpu, gpu_peak, f"{gpu} compute"), Buffer("compute", "CPU", host, "CPU host compute")]
+
+
+def _output_weight(shape: Shape) -> ShapeTensor | None:
+    """The output projection: output.weight, or token_embd where the embeddings are tied."""
+    for t in shape.tensors:
+        if t.layer == shape.n_layer and t.is_matmul:
+            return t
+    if shape.token_embd is None:
+        return None
+    return ShapeTensor(shape.token_embd, shape.n_layer, True)
+
+
+def _fits(t: TensorInfo, build: BuildSpec, gpu: GpuSpec) -> bool:
+    return not gpu.max_tensor_bytes or _gpu_alloc(t, build, gpu) <= gpu.max_tensor_bytes
+
+
+def _weight_device(t: ShapeTensor, shape: Shape, place: Placement, build: BuildSpec) -> str:
+    """Where a weight really lives: its layer's device, unless that GPU cannot take a tensor this large."""
+    dev = _tensor_device(t, shape, place)
+    if dev == "CPU":
+        return dev
+    spec = next(g for g in build.gpus if g.name == dev)
+    return dev if _fits(t.info, build, spec) else "CPU"
 
 
 def _check_settings(s: ModelSettings) -> None:
@@ -285,7 +349,9 @@ def _n_tokens(s: ModelSettings, n_ctx_req: int, n_ctx: int) -> int:
 
 
 def _compute_peak(shape: Shape, s: ModelSettings, n_ctx_req: int, n_ctx: int) -> int:
-    return max(_compute_phases(shape, s, n_ctx_req, n_ctx).values())
+    """The CPU-only graph's peak (the GPU-build phases are not part of it)."""
+    phases = _compute_phases(shape, s, n_ctx_req, n_ctx)
+    return max(phases["attention"], phases["ffn"], phases["logits"])
 
 
 def _compute_phases(shape: Shape, s: ModelSettings, n_ctx_req: int, n_ctx: int) -> dict[str, int]:
@@ -309,6 +375,18 @@ def _compute_phases(shape: Shape, s: ModelSettings, n_ctx_req: int, n_ctx: int) 
         "attention": mask + scores + 5 * e + g + small,
         "ffn": mask + 3 * f + 4 * e + small,
         "logits": (shape.n_vocab + 2 * shape.n_embd) * n_out * 4 + frag + small,
+        # GPU builds (measured on Vulkan): attention holds two fewer hidden states without flash
+        # attention, the FFN phase two fewer always; the host keeps only the graph inputs (two hidden
+        # states, the KQ mask, and without flash attention the K and V projections).
+        "attention_gpu": mask + scores + (3 * e if scores else 5 * e) + g + small,
+        "ffn_gpu": mask + 3 * f + 2 * e + (g if scores else 0) + small,
+        "inputs": 2 * e + mask + (g if scores else 0) + small,
+        "logits_gpu": (shape.n_vocab + 2 * shape.n_embd) * n_out * 4 + small,  # no fragmentation seen
+        # Where the score matrix is too large for the GPU (Vulkan's tensor limit), attention and its
+        # mask stay on the CPU and the GPU keeps the projections and the FFN.
+        "attention_gpu_no_scores": 3 * e + g + small,
+        "ffn_gpu_no_mask": 3 * f + 2 * e + (g if scores else 0) + small,
+        "scores_tensor": scores,
     }
 
 
@@ -340,7 +418,7 @@ def _weight_buffers(shape: Shape, place: Placement, s: ModelSettings, build: Bui
     gpu_mapped: dict[str, list[TensorInfo]] = {}  # Metal with mmap: a view of the file's range
     specs = {g.name: g for g in build.gpus}
     for t in shape.tensors:
-        dev = _tensor_device(t, shape, place)
+        dev = _weight_device(t, shape, place, build)
         if dev != "CPU" and specs[dev].maps_host and s.use_mmap:
             gpu_mapped.setdefault(dev, []).append(t.info)
         elif dev != "CPU":
@@ -352,11 +430,11 @@ def _weight_buffers(shape: Shape, place: Placement, s: ModelSettings, build: Bui
     emb = shape.token_embd
     if shape.tied and emb is not None:
         # The output layer multiplies by token_embd: a copy wherever its buffer type differs.
-        out_dev = place.output_device
-        if place.output_on_gpu and specs[out_dev].maps_host and s.use_mmap:
+        out_dev = _weight_device(ShapeTensor(emb, shape.n_layer, True), shape, place, build)
+        if out_dev != "CPU" and specs[out_dev].maps_host and s.use_mmap:
             # The duplicated output tensor points at token_embd's bytes: the mapped range reaches them.
             gpu_mapped.setdefault(out_dev, []).append(emb)
-        elif place.output_on_gpu:
+        elif out_dev != "CPU":
             gpu[out_dev] = gpu.get(out_dev, 0) + _gpu_alloc(emb, build, specs[out_dev])
         elif not build.has_gpu and _repackable(emb, build):
             repack += _pad(emb.n_bytes, _TENSOR_ALIGN_CPU)

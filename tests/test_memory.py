@@ -28,6 +28,7 @@ from app.memory import (
 from tests.tiny_gguf import write_tiny
 
 TOLERANCE = 0.05
+GPU_PARTIAL_COMPUTE_TOLERANCE = 0.15
 ROUNDING = 6 * 1024  # llama.cpp prints MiB with two decimals
 
 # (role, context, n_gpu_layers, flash attention, KV cache type)
@@ -75,7 +76,12 @@ def test_prediction_matches_llama_cpp_report(
     for kind, device in sorted(keys):
         got = sum(b.bytes for b in measured if (b.kind, b.device) == (kind, device))
         want = sum(b.bytes for b in predicted.buffers if (b.kind, b.device) == (kind, device))
-        assert abs(want - got) <= max(TOLERANCE * got, ROUNDING), (
+        tolerance = TOLERANCE
+        if kind == "compute" and device != "CPU" and 0 <= ngl <= predicted.n_layer:
+            # GPU builds with CPU-resident layers: ggml-alloc's layout of the offloaded batch matrices
+            # is modelled to within 13% on Vulkan (docs/MEMORY.md); everything else to within 5%.
+            tolerance = GPU_PARTIAL_COMPUTE_TOLERANCE
+        assert abs(want - got) <= max(tolerance * got, ROUNDING), (
             f"{role} {kind} on {device}: predicted {want / MiB:.2f} MiB, llama.cpp {got / MiB:.2f} MiB"
         )
 
@@ -165,6 +171,56 @@ def test_tied_embeddings_duplicate_the_output_matrix_on_gpu(smol_path: Path, tar
     t1 = predict_model(target, ModelSettings(n_gpu_layers=1), GPU)
     out = sum(t.n_bytes for t in target.tensors if t.name.startswith(("output.", "output_norm.")))
     assert sum(b.bytes for b in t1.buffers if b.kind == "model" and b.device == "CUDA0") < out + 4096
+
+
+def test_a_weight_beyond_the_vulkan_tensor_limit_stays_on_the_cpu(target_path: Path) -> None:
+    """Vulkan refuses tensors beyond maxStorageBufferRange (128 MiB on llvmpipe): llama.cpp keeps the
+    target's 182.57 MiB output matrix on the CPU, and with it the logits (measured, docs/MEMORY.md)."""
+    info = read_gguf(target_path)
+    out = next(t for t in info.tensors if t.name == "output.weight")
+    assert out.n_bytes > 128 * MiB
+    roomy = BuildSpec(gpus=(GpuSpec("Vulkan0", 8 * GiB, alignment=16),), runtime="vulkan")
+    tight = replace(roomy, gpus=(GpuSpec("Vulkan0", 8 * GiB, alignment=16, max_tensor_bytes=128 * MiB),))
+    s = ModelSettings(n_gpu_layers=-1, n_ctx=8192)
+    a, b = predict_model(info, s, roomy), predict_model(info, s, tight)
+
+    def total(p, kind: str, device: str) -> int:
+        return sum(x.bytes for x in p.buffers if x.kind == kind and x.device == device)
+
+    assert total(a, "model", "Vulkan0") - total(b, "model", "Vulkan0") == _pad16(out.n_bytes)
+    # The mapped CPU span now reaches from token_embd to the output matrix.
+    assert total(b, "model", "CPU") >= total(a, "model", "CPU") + out.n_bytes
+    # The logits move with the output multiply: to the host, and out of the GPU's compute buffer.
+    assert total(b, "compute", "CPU") > 250 * MiB > total(a, "compute", "CPU")
+    assert total(b, "compute", "Vulkan0") < 100 * MiB < total(a, "compute", "Vulkan0")
+
+
+def _pad16(n: int) -> int:
+    return (n + 15) // 16 * 16
+
+
+def test_metal_maps_the_file_range_of_its_layers(target_path: Path) -> None:
+    """Metal builds buffers from the mmapped file (buffer_from_host_ptr): a span, like CPU_Mapped."""
+    info = read_gguf(target_path)
+    metal = BuildSpec(gpus=(GpuSpec("MTL0", 16 * GiB, maps_host=True),), runtime="metal")
+    p = predict_model(info, ModelSettings(n_gpu_layers=-1, n_ctx=2048), metal)
+    [mapped] = [b for b in p.buffers if b.kind == "model" and b.device == "MTL0"]
+    assert mapped.label == "MTL0_Mapped"
+    gpu = [t for t in info.tensors if t.name != "token_embd.weight"]
+    assert mapped.bytes == max(t.offset + t.n_bytes for t in gpu) - min(t.offset for t in gpu)
+    copied = predict_model(info, ModelSettings(n_gpu_layers=-1, n_ctx=2048, use_mmap=False), metal)
+    assert [b.label for b in copied.buffers if b.kind == "model" and b.device == "MTL0"] == ["MTL0"]
+
+
+def test_cuda_pads_quantised_rows_and_vulkan_does_not(draft_path: Path) -> None:
+    info = read_gguf(draft_path)  # n_embd 896: rows of 896 values, not a multiple of 512
+    s = ModelSettings(n_gpu_layers=-1, n_ctx=2048)
+    cuda = predict_model(info, s, GPU)
+    vulkan = predict_model(info, s, BuildSpec(gpus=(GpuSpec("Vulkan0", 8 * GiB, alignment=16),), runtime="vulkan"))
+    raw = sum(t.n_bytes for t in info.tensors if t.name != "token_embd.weight")
+    vk = sum(b.bytes for b in vulkan.buffers if b.kind == "model" and b.device == "Vulkan0")
+    cu = sum(b.bytes for b in cuda.buffers if b.kind == "model" and b.device == "CUDA0")
+    assert raw <= vk < raw + 16 * len(info.tensors) < cu
 
 
 # --- budgets and the fit --------------------------------------------------------------------------

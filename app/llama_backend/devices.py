@@ -60,6 +60,10 @@ class _DevProps(ctypes.Structure):  # struct ggml_backend_dev_props (ggml-backen
     ]
 
 
+class _InitParams(ctypes.Structure):  # struct ggml_init_params (ggml.h)
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+
+
 class MeasureError(RuntimeError):
     """llama.cpp refused to load the model or create the context; the message says what to try."""
 
@@ -74,6 +78,7 @@ class Device:
     device_id: str | None = None  # PCI bus id "0000:c1:00.0" where the backend knows it (matches NVML)
     maps_host: bool = False  # weights can be mapped from the mmapped file (Metal) instead of copied
     alignment: int = 0  # the device buffer type's tensor alignment (0: unknown)
+    max_tensor_bytes: int = 0  # the largest weight the device takes (Vulkan); 0: no such limit
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,11 @@ def _lib() -> ctypes.CDLL:
             ("ggml_backend_dev_get_props", [vp, ctypes.POINTER(_DevProps)], None),
             ("ggml_backend_dev_buffer_type", [vp], vp),
             ("ggml_backend_buft_get_alignment", [vp], sz),
+            ("ggml_backend_dev_supports_op", [vp, vp], ctypes.c_bool),
+            ("ggml_init", [_InitParams], vp),
+            ("ggml_free", [vp], None),
+            ("ggml_new_tensor_2d", [vp, ctypes.c_int, ctypes.c_int64, ctypes.c_int64], vp),
+            ("ggml_mul_mat", [vp, vp, vp], vp),
         ):
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = args, res
@@ -148,9 +158,53 @@ def list_devices() -> list[Device]:
                     _text(props.device_id) or None,
                     bool(props.caps.buffer_from_host_ptr),
                     lib.ggml_backend_buft_get_alignment(buft) if buft else 0,
+                    _max_tensor_bytes(lib, dev) if _text(props.name).startswith("Vulkan") else 0,
                 )
             )
         return out
+
+
+_PROBE_ROW = 4096  # bytes per row of the probe matrix (1024 f32)
+_max_tensor_cache: dict[str, int] = {}
+
+
+def _max_tensor_bytes(lib: ctypes.CDLL, dev: int) -> int:
+    """The largest weight matrix the device accepts for a matrix multiply, to 4 KiB.
+
+    Vulkan refuses tensors beyond the device's maxStorageBufferRange (128 MiB on some drivers, 4 GiB
+    on most desktop GPUs) and llama.cpp then keeps such a weight, often the output matrix, on the
+    CPU. The limit is not exposed, so the backend's own supports_op answers for probe tensors that
+    are described, never allocated (a no_alloc ggml context).
+    """
+    name = _text(lib.ggml_backend_dev_name(dev))
+    if name in _max_tensor_cache:
+        return _max_tensor_cache[name]
+    ctx = lib.ggml_init(_InitParams(1 << 16, None, True))
+    if not ctx:
+        return 0
+
+    def ok(rows: int) -> bool:
+        w = lib.ggml_new_tensor_2d(ctx, 0, _PROBE_ROW // 4, rows)
+        x = lib.ggml_new_tensor_2d(ctx, 0, _PROBE_ROW // 4, 1)
+        return bool(lib.ggml_backend_dev_supports_op(dev, lib.ggml_mul_mat(ctx, w, x)))
+
+    try:
+        lo, hi = 1, 1 << 22  # 4 KiB .. 16 GiB
+        if ok(hi):
+            limit = 0  # nothing a weight needs is refused
+        elif not ok(lo):
+            limit = 0  # matrix multiplies are not offered at all: not a size limit
+        else:
+            for _ in range(24):  # a probe context holds 3 tensors per try: well inside 64 KiB
+                if hi - lo <= 1:
+                    break
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+            limit = lo * _PROBE_ROW
+    finally:
+        lib.ggml_free(ctx)
+    _max_tensor_cache[name] = limit
+    return limit
 
 
 def backends() -> list[str]:
@@ -177,7 +231,7 @@ def build_spec(devices: Iterable[Device] | None = None, caps: Capabilities | Non
     devices = list_devices() if devices is None else list(devices)
     caps = capabilities() if caps is None else caps
     gpus = tuple(
-        GpuSpec(d.name, d.free_bytes, d.maps_host, d.alignment)
+        GpuSpec(d.name, d.free_bytes, d.maps_host, d.alignment, d.max_tensor_bytes)
         for d in devices
         if d.type in ("gpu", "igpu")
     )
