@@ -106,6 +106,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
                 "device_id": d.device_id,
                 "maps_host": d.maps_host,
                 "alignment": d.alignment,
+                "max_tensor_bytes": d.max_tensor_bytes,
             }
             for d in devices
         ],
@@ -126,6 +127,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         print(
             f"  {d.name:10s} {d.type:5s} {_gib(d.free_bytes)} free of {_gib(d.total_bytes)}  {d.description}"
         )
+        if d.max_tensor_bytes:
+            print(f"  {'':10s} largest tensor it accepts: {_gib(d.max_tensor_bytes)} (larger weights stay on the CPU)")
     print(f"RAM: {_gib(vm.available)} available of {_gib(vm.total)}")
     if data["nvml"] is None:
         print("NVML: not available (no NVIDIA driver, or nvidia-ml-py not installed: pip install specchat[nvidia])")

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The GPU checks of the memory meter and the engine, as one script (for a lent GPU machine, or for
+# llama.cpp's Vulkan backend on a software device where there is none).
+#
+#     bash packaging/gpu_check.sh cuda|vulkan [OUT_DIR]
+#
+# Builds llama-cpp-python (the version pyproject.toml pins) for the backend into .venv-gpu-BACKEND
+# (never the project's .venv; pip's wheel cache is bypassed so a CPU wheel is never reused), then
+# writes to OUT_DIR (default gpu-check-BACKEND/): doctor.json, memory-grid.md (predicted vs
+# measured over contexts 2048/8192/32768 and zero/partial/full offload), the memory tests' log,
+# and a short greedy bench that checks speculative output against plain decoding on the GPU.
+#
+# Vulkan on a machine without a GPU: `apt-get install mesa-vulkan-drivers libvulkan-dev glslc`,
+# and GGML_VK_VISIBLE_DEVICES=0 so llama.cpp uses llvmpipe (it skips CPU-type devices otherwise).
+# Debian 12's Vulkan headers (1.3.239) are too old for this llama.cpp: point VULKAN_INCLUDE_DIR at
+# newer ones (for example Debian 13's libvulkan-dev, unpacked with `dpkg -x`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+backend=${1:?usage: gpu_check.sh cuda|vulkan [OUT_DIR]}
+out=${2:-gpu-check-$backend}
+case "$backend" in
+  cuda) cmake="-DGGML_CUDA=on" ;;
+  vulkan) cmake="-DGGML_VULKAN=on${VULKAN_INCLUDE_DIR:+ -DVulkan_INCLUDE_DIR=$VULKAN_INCLUDE_DIR}" ;;
+  *) echo "gpu_check.sh: backend must be cuda or vulkan, not $backend" >&2; exit 2 ;;
+esac
+pin=$(python3 -c 'import re,sys; print(re.search(r"llama-cpp-python==([\w.]+)", open("pyproject.toml").read())[1])')
+venv=.venv-gpu-$backend
+mkdir -p "$out"
+if ! "$venv/bin/python" -c 'import llama_cpp' 2>/dev/null; then
+  echo "==> building llama-cpp-python $pin with $cmake (long: the GPU kernels compile)"
+  python3 -m venv "$venv"
+  CMAKE_ARGS="$cmake -DLLAVA_BUILD=OFF" "$venv/bin/pip" install --no-cache-dir "llama-cpp-python==$pin"
+fi
+"$venv/bin/pip" install -q -e ".[test,nvidia]"
+"$venv/bin/specchat" models fetch-demo
+"$venv/bin/specchat" doctor --json | tee "$out/doctor.json"
+"$venv/bin/python" packaging/memory_grid.py "$venv/bin/specchat" | tee "$out/memory-grid.md"
+QT_QPA_PLATFORM=offscreen "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_memory.py \
+  2>&1 | tee "$out/test_memory.log"
+head -2 app/data/bench_prompts.jsonl > "$out/prompts.jsonl"
+"$venv/bin/specchat" bench --prompts "$out/prompts.jsonl" --modes draft,lookup --no-adapt -n 32 \
+  | tee "$out/bench.txt"
+echo "==> results in $out/"
