@@ -145,3 +145,17 @@ def test_from_a_pair_prediction(meter: MemoryMeter, target_path: Path, draft_pat
     assert meter.summary().startswith("CUDA0:")
     meter.set_prediction(pair, "CPU")
     assert meter.used_bytes() == pair.use("CPU").predicted_bytes and meter.summary().startswith("system RAM")
+
+
+def test_compact_line_fits_the_side_panel(qtbot) -> None:
+    from PySide6.QtGui import QFontMetrics
+
+    w = MemoryMeter(compact=True)
+    qtbot.addWidget(w)
+    w.resize(280, w.height())  # the side panel's width
+    w.set_usage(VALUES, budget_bytes=16 * GiB, device_label="Vulkan0")
+    w.set_measured({k: v for k, v in VALUES.items() if k != "overhead"})
+    line = w.short_summary()
+    assert line == "Vulkan0 8.00/16.00 GiB, fits, measured 8.00"
+    assert QFontMetrics(w.font()).horizontalAdvance(line) <= w.width() - 8, "the line would be cut"
+    assert "measured 8.00 GiB" in w.summary()  # the tooltip keeps the long form

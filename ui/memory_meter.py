@@ -154,6 +154,14 @@ class MemoryMeter(PaintedWidget):
             for s in layout_segments(self._values, self._budget, bar.width())
         ]
 
+    def short_summary(self) -> str:
+        """The compact bar's one line: fits in a side panel (the tooltip has the long form)."""
+        state = {"ok": "fits", "tight": "tight", "over": "over"}[self._state]
+        text = f"{self._device} {self.used_bytes() / GiB:.2f}/{_gib(self._budget)}, {state}"
+        if self._measured is not None:
+            text += f", measured {sum(self._measured.values()) / GiB:.2f}"
+        return text
+
     def summary(self) -> str:
         used = self.used_bytes()
         text = (
@@ -200,7 +208,11 @@ class MemoryMeter(PaintedWidget):
         text_y = int(bar.bottom()) + fm.ascent() + 3
         p.drawText(
             QPoint(int(bar.x()), text_y),
-            fm.elidedText(self.summary(), Qt.TextElideMode.ElideRight, int(bar.width())),
+            fm.elidedText(
+                self.short_summary() if self._compact else self.summary(),
+                Qt.TextElideMode.ElideRight,
+                int(bar.width()),
+            ),
         )
         if self._compact:
             return
