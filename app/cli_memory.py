@@ -78,6 +78,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         action="store_true",
         help="load the models (one at a time) and show llama.cpp's measured buffers beside the prediction",
     )
+    mem.add_argument(
+        "--model-compute",
+        action="store_true",
+        help="GPU builds: keep SpecChat's modelled compute buffers instead of llama.cpp's own dry run "
+        "(the dry run is exact, allocates nothing and takes about 0.3 s per model)",
+    )
     mem.add_argument("--json", action="store_true", help="print one JSON object")
     mem.set_defaults(func=_cmd_memory)
 
@@ -159,7 +165,7 @@ def _llama_version() -> str:
 
 
 def _cmd_memory(args: argparse.Namespace) -> int:
-    from app import llama_devices
+    from app import llama_devices, memory_plan
 
     try:
         target = read_gguf(args.model)
@@ -178,12 +184,13 @@ def _cmd_memory(args: argparse.Namespace) -> int:
         )
         ts = replace(common, n_gpu_layers=args.n_gpu_layers, n_outputs=max(args.draft_max, 0) + 1)
         ds = replace(common, n_gpu_layers=args.n_gpu_layers_draft, n_ctx=args.ctx_size_draft or args.ctx_size)
+        source = None if args.model_compute else memory_plan.compute_source(build)
         fit = None
         if args.fit:
-            fit = fit_pair(target, draft, ts, ds, build, device_budgets, margin)
+            fit = fit_pair(target, draft, ts, ds, build, device_budgets, margin, compute_source=source)
             pair = fit.prediction
         else:
-            pair = predict_pair(target, draft, ts, ds, build, device_budgets, margin)
+            pair = predict_pair(target, draft, ts, ds, build, device_budgets, margin, compute_source=source)
         measured: dict[str, list[Any]] = {}
         if args.measure:
             for model, info in ((pair.target, target), (pair.draft, draft)):

@@ -11,6 +11,7 @@ from app.llama_backend.devices import (  # noqa: F401
     build_spec,
     capabilities,
     capture_llama_logs,
+    dry_run_compute,
     list_devices,
     measure_model,
     parse_buffer_report,

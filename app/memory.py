@@ -10,6 +10,7 @@ from __future__ import annotations
 from app.memory_fit import (
     DEFAULT_MARGIN,
     SEGMENTS,
+    ComputeSource,
     DeviceBudget,
     DeviceUse,
     FitResult,
@@ -41,6 +42,7 @@ __all__ = [
     "SEGMENTS",
     "Buffer",
     "BuildSpec",
+    "ComputeSource",
     "DeviceBudget",
     "DeviceUse",
     "FitResult",

@@ -117,6 +117,10 @@ class PairPrediction:
         return next((u for u in self.uses if u.kind == "gpu"), self.uses[-1])
 
 
+# llama.cpp's own compute buffers for a model and settings (its no_alloc dry run), or None to keep ours.
+ComputeSource = Callable[[GGUFInfo, ModelSettings], Sequence[Buffer]]
+
+
 def predict_pair(
     target: GGUFInfo,
     draft: GGUFInfo | None,
@@ -125,11 +129,16 @@ def predict_pair(
     build: BuildSpec,
     device_budgets: Sequence[DeviceBudget],
     margin: int = DEFAULT_MARGIN,
+    compute_source: ComputeSource | None = None,
 ) -> PairPrediction:
     tp = predict_model(target, target_settings, build, "target")
     dp = (
         predict_model(draft, draft_settings or target_settings, build, "draft") if draft is not None else None
     )
+    if compute_source is not None:
+        tp = _with_compute(tp, compute_source(target, target_settings))
+        if dp is not None and draft is not None:
+            dp = _with_compute(dp, compute_source(draft, draft_settings or target_settings))
     per_gpu = RUNTIME_OVERHEAD.get(build.runtime, 0)
     overhead = tuple(
         Buffer("overhead", g.name, per_gpu, f"{build.runtime} runtime") for g in build.gpus if per_gpu
@@ -140,6 +149,13 @@ def predict_pair(
         used += sum(o.bytes for o in overhead if o.device == b.device)
         uses.append(DeviceUse(b.device, b.kind, used, b.free_bytes, b.total_bytes, margin))
     return PairPrediction(tp, dp, overhead, tuple(uses), build.has_gpu)
+
+
+def _with_compute(m: ModelPrediction, compute: Sequence[Buffer]) -> ModelPrediction:
+    """`m` with llama.cpp's own compute buffers in place of the modelled ones."""
+    others = tuple(b for b in m.buffers if b.kind != "compute")
+    note = "compute buffers: llama.cpp's own dry run (no_alloc), exact for this build and device"
+    return replace(m, buffers=others + tuple(compute), notes=(*m.notes, note))
 
 
 @dataclass(frozen=True)
@@ -178,12 +194,15 @@ def fit_pair(
     device_budgets: Sequence[DeviceBudget],
     margin: int = DEFAULT_MARGIN,
     min_ctx: int = MIN_FIT_CTX,
+    compute_source: ComputeSource | None = None,
 ) -> FitResult:
     """Choose -ngl for both models and, only if needed, a smaller context, so the pair fits with `margin`.
 
     Order of preference, at the requested context first: both fully on GPU; the draft fully on GPU
     and as many target layers as fit (a half-offloaded draft is slower than none); the draft on the
     CPU and as many target layers as fit. Then the same at half the context, down to `min_ctx`.
+    The search uses the modelled compute buffers; a `compute_source` (llama.cpp's dry run) then
+    checks the chosen settings, and the search goes on past them if the real figures do not fit.
     """
     dsettings = draft_settings or target_settings
     n_ctx0 = target_settings.n_ctx or target.context_length
@@ -199,6 +218,20 @@ def fit_pair(
     def fits(p: PairPrediction) -> bool:
         return all(u.overshoot_bytes == 0 for u in p.uses)
 
+    def checked(ctx: int, t_ngl: int, d_ngl: int = 0, op_offload: bool = True) -> PairPrediction | None:
+        """These settings' prediction if it fits, with llama.cpp's own compute figures where given."""
+        p = at(ctx, t_ngl, d_ngl, op_offload)
+        if not fits(p) or compute_source is None:
+            return p if fits(p) else None
+        ts = replace(target_settings, n_ctx=ctx, n_gpu_layers=t_ngl, op_offload=op_offload)
+        ds = replace(
+            dsettings, n_ctx=min(dsettings.n_ctx or ctx, ctx), n_gpu_layers=d_ngl, op_offload=op_offload
+        )
+        real = predict_pair(
+            target, draft, ts, ds if draft else None, build, device_budgets, margin, compute_source
+        )
+        return real if fits(real) else None
+
     ctxs = [n_ctx0]
     while ctxs[-1] // 2 >= min_ctx:
         ctxs.append(ctxs[-1] // 2)
@@ -207,8 +240,12 @@ def fit_pair(
         for d_ngl in draft_choices:
             t_ngl = _max_target_layers(partial(at, ctx, d_ngl=d_ngl), t_full if build.has_gpu else 0)
             if t_ngl is not None:
-                p = at(ctx, t_ngl, d_ngl)
-                if fits(p):
+                real = checked(ctx, t_ngl, d_ngl)
+                while real is None and t_ngl > 0:
+                    t_ngl -= 1  # the real compute buffers are larger than modelled: one layer fewer
+                    real = checked(ctx, t_ngl, d_ngl)
+                if real is not None:
+                    p = real
                     return FitResult(
                         True,
                         t_ngl,
@@ -220,8 +257,9 @@ def fit_pair(
                         {},
                     )
         if build.has_gpu:  # last resort at this context: leave the GPU alone entirely
-            p = at(ctx, 0, 0, op_offload=False)
-            if fits(p):
+            real = checked(ctx, 0, 0, op_offload=False)
+            if real is not None:
+                p = real
                 return FitResult(
                     True,
                     0,

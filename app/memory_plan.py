@@ -9,6 +9,7 @@ from app.gguf_meta import read_gguf
 from app.memory import (
     DEFAULT_MARGIN,
     BuildSpec,
+    ComputeSource,
     ModelSettings,
     PairPrediction,
     budgets,
@@ -49,7 +50,18 @@ def predict_for_config(cfg: PairConfig, draft_max: int = 6, margin: int = DEFAUL
     target = read_gguf(cfg.target)
     draft = read_gguf(cfg.draft) if cfg.draft else None
     return predict_pair(target, draft, model_settings(cfg, "target", draft_max),
-                        model_settings(cfg, "draft", draft_max) if draft else None, build, budgets(devices), margin)
+                        model_settings(cfg, "draft", draft_max) if draft else None, build, budgets(devices), margin,
+                        compute_source=compute_source(build))
+
+
+def compute_source(build: BuildSpec) -> ComputeSource | None:
+    """llama.cpp's dry run for the compute buffers on GPU builds, where a graph split between the GPU
+    and the CPU is not captured by a closed form; on the CPU the model is exact and free."""
+    if not build.has_gpu:
+        return None
+    from app.llama_devices import dry_run_compute
+
+    return lambda info, settings: dry_run_compute(info.path, settings)
 
 
 def check_fits(cfg: PairConfig, draft_max: int = 6) -> PairPrediction:

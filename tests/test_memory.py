@@ -11,6 +11,7 @@ import pytest
 from app import cli_memory, llama_devices
 from app.gguf_meta import GGUFError, read_gguf
 from app.memory import (
+    Buffer,
     BuildSpec,
     DeviceBudget,
     GiB,
@@ -451,3 +452,33 @@ def test_measured_overhead_needs_the_process_use() -> None:
     assert "overhead" not in seg and seg["target_weights"] == 900 * MiB and seg["draft_weights"] == 300 * MiB
     seg = measured_segments(buffers, "CUDA0", process_bytes=1800 * MiB)
     assert seg["overhead"] == 400 * MiB  # 1800 held by the process - 1400 in llama.cpp's buffers
+
+
+@pytest.mark.parametrize("ngl, fa, ctx", [(0, True, 2048), (-1, True, 8192), (-1, False, 4096), (12, True, 8192)])
+def test_llama_cpp_dry_run_gives_the_real_compute_buffers(target_path: Path, ngl: int, fa: bool, ctx: int) -> None:
+    """The dry run (no_alloc: nothing read, nothing allocated) reports what a real load allocates;
+    GPU builds take their compute buffers from it (exact on Vulkan where our closed form is not)."""
+    settings = ModelSettings(n_gpu_layers=ngl, n_ctx=ctx, flash_attn=fa)
+    dry = llama_devices.dry_run_compute(target_path, settings)
+    real = [
+        b for b in llama_devices.measure_model(target_path, n_ctx=ctx, n_gpu_layers=ngl, flash_attn=fa)
+        if b.kind == "compute"
+    ]  # fmt: skip
+    assert sorted((b.device, b.bytes) for b in dry) == sorted((b.device, b.bytes) for b in real)
+    assert llama_devices.dry_run_compute(target_path, settings) is dry  # cached per file and settings
+
+
+def test_pair_prediction_takes_compute_from_a_source(target_path: Path, draft_path: Path) -> None:
+    t, d = read_gguf(target_path), read_gguf(draft_path)
+    s = ModelSettings(n_ctx=2048)
+    budgets_ = [DeviceBudget("CPU", "ram", 16 * GiB, 32 * GiB, "RAM")]
+    seen: list[str] = []
+
+    def source(info, settings):
+        seen.append(Path(info.path).name)
+        return (Buffer("compute", "CPU", 7 * MiB, "CPU"),)
+
+    p = predict_pair(t, d, s, s, BuildSpec(), budgets_, compute_source=source)
+    assert seen == [target_path.name, draft_path.name]
+    assert p.target.compute_bytes == p.draft.compute_bytes == 7 * MiB
+    assert any("dry run" in n for n in p.target.notes)

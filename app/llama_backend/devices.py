@@ -25,7 +25,7 @@ import llama_cpp
 import llama_cpp._ggml as _ggml
 
 from app.llama_backend.core import add_log_sink, ensure_backend, remove_log_sink
-from app.memory_predict import REPACK_ARM_I8MM, REPACK_X86, BuildSpec, GpuSpec
+from app.memory_predict import REPACK_ARM_I8MM, REPACK_X86, Buffer, BuildSpec, GpuSpec, ModelSettings
 
 DeviceType = Literal["cpu", "gpu", "igpu", "accel", "meta"]
 _DEV_TYPES: dict[int, DeviceType] = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
@@ -327,48 +327,92 @@ def measure_model(
     role: str | None = None,
 ) -> list[MeasuredBuffer]:
     """Load `path` and one context as llama.cpp would for the app, return its buffer report, free both."""
-    path = Path(path)
-    if not path.is_file():
-        raise MeasureError(f"{path}: no such model file")
-    for value in (type_k, type_v):
-        if value not in _GGML_TYPES:
-            raise MeasureError(f"unknown KV cache type {value!r}; use one of {', '.join(_GGML_TYPES)}")
-    with capture_llama_logs() as lines:
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
-        if not use_mmap:
-            mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
-        model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), mparams)
-        if not model:
-            raise MeasureError(f"llama.cpp could not load {path}: " + _last_error(lines))
-        try:
-            cparams = llama_cpp.llama_context_default_params()
-            cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = n_ctx, n_batch, min(n_ubatch, n_batch)
-            cparams.n_seq_max, cparams.n_outputs_max = 1, n_outputs_max
-            cparams.n_threads = cparams.n_threads_batch = n_threads
-            cparams.flash_attn_type = (
-                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-                if flash_attn
-                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-            )
-            cparams.type_k, cparams.type_v = _GGML_TYPES[type_k], _GGML_TYPES[type_v]
-            cparams.no_perf = True
-            ctx = llama_cpp.llama_init_from_model(model, cparams)
-            if not ctx:
-                raise MeasureError(
-                    f"llama.cpp could not create a {n_ctx}-token context for {path.name}: "
-                    + _last_error(lines)
-                )
-            process = _process_use()  # while the model and its context are alive
-            llama_cpp.llama_free(ctx)
-        finally:
-            llama_cpp.llama_model_free(model)
+    settings = ModelSettings(
+        n_gpu_layers=n_gpu_layers, n_ctx=n_ctx, type_k=type_k, type_v=type_v, flash_attn=flash_attn,
+        n_batch=n_batch, n_ubatch=n_ubatch, n_outputs_max=n_outputs_max, use_mmap=use_mmap,
+    )  # fmt: skip
+    lines, process = _load_and_free(Path(path), settings, n_threads, dry_run=False)
     buffers = [b for b in parse_buffer_report(lines, role) if b.label]
     # NVML sees what the process holds on each GPU; llama.cpp's own buffers aside, that is the runtime.
     for dev, used in process.items():
         ours = sum(b.bytes for b in buffers if b.device == dev)
         buffers.append(MeasuredBuffer("overhead", dev, max(used - ours, 0), "NVML: process less buffers", role))
     return buffers
+
+
+_dry_cache: dict[tuple, tuple[Buffer, ...]] = {}
+
+
+def dry_run_compute(path: str | Path, settings: ModelSettings) -> tuple[Buffer, ...]:
+    """llama.cpp's own figures for the compute buffers, from its allocation dry run.
+
+    `no_alloc` loads the metadata and builds and plans the worst-case graph exactly as a real load
+    would, for every backend, but allocates nothing and reads no weights (0.1-0.3 s). Where the
+    graph is split between a GPU and the CPU, ggml-alloc's layout is not captured by a closed form
+    (docs/MEMORY.md); this is its real answer. Raises MeasureError where llama.cpp refuses.
+    """
+    path = Path(path)
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, settings)
+    if key not in _dry_cache:
+        lines, _ = _load_and_free(path, settings, n_threads=1, dry_run=True)
+        found = [b for b in parse_buffer_report(lines) if b.kind == "compute"]
+        if not found:
+            raise MeasureError(f"llama.cpp's dry run of {path.name} reported no compute buffer")
+        _dry_cache[key] = tuple(
+            Buffer("compute", b.device, b.bytes, b.label) for b in found
+        )
+    return _dry_cache[key]
+
+
+def _load_and_free(
+    path: Path, s: ModelSettings, n_threads: int, dry_run: bool
+) -> tuple[list[str], dict[str, int]]:
+    """Create the model and one context as the app would (or only simulate it), return the log lines
+    and, for a real load, this process's GPU use by NVML while both were alive."""
+    if not path.is_file():
+        raise MeasureError(f"{path}: no such model file")
+    for value in (s.type_k, s.type_v):
+        if value not in _GGML_TYPES:
+            raise MeasureError(f"unknown KV cache type {value!r}; use one of {', '.join(_GGML_TYPES)}")
+    process: dict[str, int] = {}
+    with capture_llama_logs() as lines:
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = s.n_gpu_layers if s.n_gpu_layers >= 0 else 999
+        if dry_run:
+            mparams.no_alloc = True  # metadata only; every allocation is simulated
+            mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE  # no_alloc maps nothing (mmap aborts)
+        elif not s.use_mmap:
+            mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
+        model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), mparams)
+        if not model:
+            raise MeasureError(f"llama.cpp could not load {path}: " + _last_error(lines))
+        try:
+            cparams = llama_cpp.llama_context_default_params()
+            cparams.n_ctx, cparams.n_batch = s.n_ctx, s.n_batch
+            cparams.n_ubatch = min(s.n_ubatch, s.n_batch)
+            cparams.n_seq_max, cparams.n_outputs_max = s.n_seq_max, s.n_outputs_max
+            cparams.n_threads = cparams.n_threads_batch = n_threads
+            cparams.flash_attn_type = (
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if s.flash_attn
+                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
+            cparams.type_k, cparams.type_v = _GGML_TYPES[s.type_k], _GGML_TYPES[s.type_v]
+            cparams.offload_kqv, cparams.op_offload = s.offload_kqv, s.op_offload
+            cparams.no_perf = True
+            ctx = llama_cpp.llama_init_from_model(model, cparams)
+            if not ctx:
+                raise MeasureError(
+                    f"llama.cpp could not create a {s.n_ctx}-token context for {path.name}: "
+                    + _last_error(lines)
+                )
+            if not dry_run:
+                process = _process_use()  # while the model and its context are alive
+            llama_cpp.llama_free(ctx)
+        finally:
+            llama_cpp.llama_model_free(model)
+    return lines, process
 
 
 def _process_use() -> dict[str, int]:
