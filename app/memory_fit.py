@@ -155,7 +155,8 @@ def _with_compute(m: ModelPrediction, compute: Sequence[Buffer]) -> ModelPredict
     """`m` with llama.cpp's own compute buffers in place of the modelled ones."""
     others = tuple(b for b in m.buffers if b.kind != "compute")
     note = "compute buffers: llama.cpp's own dry run (no_alloc), exact for this build and device"
-    return replace(m, buffers=others + tuple(compute), notes=(*m.notes, note))
+    kept = tuple(n for n in m.notes if "compute buffers" not in n)  # the closed form's caveat is moot
+    return replace(m, buffers=others + tuple(compute), notes=(*kept, note))
 
 
 @dataclass(frozen=True)

@@ -252,9 +252,10 @@ def predict_model(
     else:
         buffers += _gpu_compute(shape, place, settings, build, n_ctx_req, n_ctx)
         if build.runtime != "vulkan":
+            name = build.runtime.upper() if build.runtime != "metal" else "Metal"
+            notes.append(f"{name} weight rules are read from llama.cpp's source, not yet measured on such a GPU")
             notes.append(
-                f"{build.runtime.upper()} compute buffers follow the rules measured on llama.cpp's Vulkan "
-                "backend; they are not yet measured on this backend"
+                f"{name} compute buffers follow the rules measured on llama.cpp's Vulkan backend"
             )
     return ModelPrediction(role, str(info.path), shape.n_layer, n_ctx, place, tuple(buffers), tuple(notes))
 
