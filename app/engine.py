@@ -19,7 +19,7 @@ import numpy as np
 from app.acceptance import AcceptanceTally
 from app.drafters import Draft, Drafter
 from app.events import Event, FinishEvent, GenerationStats, StepEvent, TokenEvent, TokenFate
-from app.governor import Governor, StepCosts
+from app.governor import Governor
 from app.llama_backend import ContextFullError, LlamaContext
 from app.sampling import SamplingParams, distribution, speculative_accept, top_two_margin
 
@@ -52,7 +52,6 @@ class SpecEngine:
         self.target = target
         self.model = target.model
         self.drafter = drafter
-        self.costs = StepCosts()  # what steps cost here, measured by every reply's governor
 
     def _prefill(self, prompt: Sequence[int]) -> int:
         """Make the target cache hold prompt[:-1], reusing the longest cached prefix. Returns tokens decoded."""
@@ -80,7 +79,7 @@ class SpecEngine:
             raise ContextFullError(len(prompt) + 1, n_ctx)
         # K + 1 rows must fit one batch: llama.cpp aborts the whole process otherwise.
         k_max = 0 if self.drafter.mode == "none" else min(spec.draft_max, self.target.max_rows - 1)
-        governor = Governor(k_max, spec.k_start, spec.adaptive, costs=self.costs)
+        governor = Governor(k_max, spec.k_start, spec.adaptive)
         rng = np.random.default_rng(sampling.seed)
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 

@@ -53,21 +53,3 @@ def test_fixed_k_when_not_adaptive():
     assert gov.current_k() == 5
     _feed(gov, plain_ms=70, draft_ms_per_token=34, verify_ms_per_row=20, accept_rate=0.1)
     assert gov.current_k() == 5 and gov.events == []
-
-
-def test_costs_carry_to_the_next_reply_but_acceptance_does_not():
-    from app.governor import StepCosts
-
-    costs = StepCosts()
-    first = Governor(k_max=6, k_start=4, costs=costs)
-    assert first.current_k() == 0  # nothing measured yet: the first reply probes
-    _feed(first, plain_ms=70, draft_ms_per_token=34, verify_ms_per_row=20, accept_rate=0.6)
-    assert not first.enabled and costs.plain_ms is not None and costs.draft_ms_per_token is not None
-    second = Governor(k_max=6, k_start=4, costs=costs)
-    # Costs known: no probe; a new prompt may draft well, so drafting is tried again ...
-    assert second.enabled and second.current_k() == 4
-    # ... and an easy prompt with a cheap draft keeps it on, judged by this reply's acceptance.
-    for step in range(6):
-        k = second.current_k()
-        second.observe(step, k + 1, 22.0 + 0.5 * k, k, k, 0.5 * k, True)
-    assert second.enabled and second.acceptance() > 0.8
