@@ -7,8 +7,10 @@
 # Builds llama-cpp-python (the version pyproject.toml pins) for the backend into .venv-gpu-BACKEND
 # (never the project's .venv; pip's wheel cache is bypassed so a CPU wheel is never reused), then
 # writes to OUT_DIR (default gpu-check-BACKEND/): doctor.json, memory-grid.md (predicted vs
-# measured over contexts 2048/8192/32768 and zero/partial/full offload), the memory tests' log,
-# and a short greedy bench that checks speculative output against plain decoding on the GPU.
+# measured over contexts 2048/8192/32768 and zero/partial/full offload; -closed-form.md without
+# llama.cpp's dry run for the compute buffers), the memory tests' log,
+# and a short greedy bench that checks speculative output against plain decoding on the GPU
+# (GPU_CHECK_TOKENS tokens per prompt, default 32; llvmpipe decodes the demo target at 0.15 tok/s).
 #
 # Vulkan on a machine without a GPU: `apt-get install mesa-vulkan-drivers libvulkan-dev glslc`,
 # and GGML_VK_VISIBLE_DEVICES=0 so llama.cpp uses llvmpipe (it skips CPU-type devices otherwise).
@@ -35,9 +37,11 @@ fi
 "$venv/bin/specchat" models fetch-demo
 "$venv/bin/specchat" doctor --json | tee "$out/doctor.json"
 "$venv/bin/python" packaging/memory_grid.py "$venv/bin/specchat" | tee "$out/memory-grid.md"
+"$venv/bin/python" packaging/memory_grid.py "$venv/bin/specchat" --model-compute > "$out/memory-grid-closed-form.md"
 QT_QPA_PLATFORM=offscreen "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_memory.py \
   2>&1 | tee "$out/test_memory.log"
 head -2 app/data/bench_prompts.jsonl > "$out/prompts.jsonl"
-"$venv/bin/specchat" bench --prompts "$out/prompts.jsonl" --modes draft,lookup --no-adapt -n 32 \
+"$venv/bin/specchat" bench --prompts "$out/prompts.jsonl" --modes draft,lookup --no-adapt \
+  -n "${GPU_CHECK_TOKENS:-32}" \
   | tee "$out/bench.txt"
 echo "==> results in $out/"

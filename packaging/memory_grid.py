@@ -1,11 +1,12 @@
 """Predicted vs measured memory of the demo pair over the issue's grid, as a Markdown table.
 
-    python packaging/memory_grid.py [SPECCHAT] > table.md
+    python packaging/memory_grid.py [SPECCHAT] [--model-compute] > table.md
 
 Runs `specchat memory --measure --json` at contexts 2048/8192/32768 and zero, partial and full
 offload (plus flash attention off), on whatever GPU the installed llama.cpp build has, and prints
-predicted / measured MiB per buffer kind and device, then the worst error per kind. Used for
-docs/MEMORY.md; `packaging/gpu_check.sh` calls it.
+predicted / measured MiB per buffer kind and device, then the worst error per kind. On GPU builds
+the compute buffers come from llama.cpp's dry run unless `--model-compute` asks for SpecChat's
+closed form. Used for docs/MEMORY.md; `packaging/gpu_check.sh` runs both.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ GRID += [(2048, -1, -1, "off"), (8192, -1, -1, "off"), (8192, 12, 10, "off")]
 
 
 def main() -> int:
-    exe = sys.argv[1] if len(sys.argv) > 1 else "specchat"
+    args = [a for a in sys.argv[1:] if a != "--model-compute"]
+    exe = args[0] if args else "specchat"
+    extra = ["--model-compute"] if "--model-compute" in sys.argv[1:] else []
     pair = demo_pair_paths()
     if pair is None:
         print("memory_grid: the demo pair is missing; run `specchat models fetch-demo`", file=sys.stderr)
@@ -33,7 +36,7 @@ def main() -> int:
     devices: list[str] = []
     for ctx, ngl, ngld, fa in GRID:
         cmd = [exe, "memory", "-m", str(pair.target), "-md", str(pair.draft), "-ngl", str(ngl),
-               "-ngld", str(ngld), "-c", str(ctx), "--flash-attn", fa, "--measure", "--json"]  # fmt: skip
+               "-ngld", str(ngld), "-c", str(ctx), "--flash-attn", fa, "--measure", "--json", *extra]  # fmt: skip
         data = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
         gpus = [d["device"] for d in data["devices"] if d["device"] != "CPU"]
         devices = gpus[:1] + ["CPU"]
