@@ -246,8 +246,8 @@ def predict_model(
     n_out = max(settings.n_outputs, settings.n_seq_max, 1)
     buffers.append(Buffer("output", "CPU", n_out * shape.n_vocab * 4, "output (logits)"))
 
-    peak = _compute_peak(shape, settings, n_ctx_req, n_ctx)
     if not build.has_gpu:
+        peak = _cpu_peak(_compute_phases(shape, settings, n_ctx_req, n_ctx))
         buffers.append(Buffer("compute", "CPU", peak, "CPU compute"))
     else:
         buffers += _gpu_compute(shape, place, settings, build, n_ctx_req, n_ctx)
@@ -287,7 +287,7 @@ def _gpu_compute(
     on_gpu = logits_on_gpu or place.gpu_repeating_layers > 0
     offloads = s.op_offload and bool(copies)
     if not on_gpu and not offloads:
-        return [Buffer("compute", "CPU", max(phases[k] for k in ("attention", "ffn", "logits")), "CPU compute")]
+        return [Buffer("compute", "CPU", _cpu_peak(phases), "CPU compute")]
     # The logits are computed on the GPU where the output multiply runs there or is offloaded there.
     out_copied = offloads and out_weight is not None and _fits(out_weight.info, build, gpu0)
     logits_gpu = logits_on_gpu or out_copied
@@ -349,9 +349,8 @@ def _n_tokens(s: ModelSettings, n_ctx_req: int, n_ctx: int) -> int:
     return min(n_ctx, min(n_batch, s.n_ubatch))
 
 
-def _compute_peak(shape: Shape, s: ModelSettings, n_ctx_req: int, n_ctx: int) -> int:
-    """The CPU-only graph's peak (the GPU-build phases are not part of it)."""
-    phases = _compute_phases(shape, s, n_ctx_req, n_ctx)
+def _cpu_peak(phases: dict[str, int]) -> int:
+    """The peak of a graph that runs wholly on the CPU (the GPU-build phases are not part of it)."""
     return max(phases["attention"], phases["ffn"], phases["logits"])
 
 
