@@ -6,7 +6,7 @@ differs in lightness, so the overlay survives greyscale.
 
 from __future__ import annotations
 
-from app.events import TokenFate
+from app.engine.events import TokenFate
 
 FATE_COLOURS: dict[TokenFate, str] = {
     TokenFate.ACCEPTED: "#0072B2",  # blue: the draft guessed right

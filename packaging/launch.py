@@ -18,15 +18,15 @@ from pathlib import Path
 
 def _app_main(argv: list[str]) -> int:
     try:
-        from ui.entry import main
+        from ui.shell.entry import main
     except ImportError:  # a build of the engine only, without the GUI package
-        from app.cli import main
+        from app.cli.main import main
     return int(main(argv) or 0)
 
 
 def run(argv: list[str]) -> int:
     if argv[:1] == ["--self-test"]:
-        from ui.selftest_gui import main as selftest_main
+        from ui.shell.selftest_gui import main as selftest_main
 
         return selftest_main(argv[1:])
     probe = os.environ.get("SPECCHAT_STARTUP_PROBE")
@@ -34,7 +34,7 @@ def run(argv: list[str]) -> int:
         argv = [a for a in argv if a != "--startup-probe"]
         probe = probe or "-"
     if probe:
-        from ui.selftest_gui import install_startup_probe
+        from ui.shell.selftest_gui import install_startup_probe
 
         install_startup_probe(None if probe == "-" else Path(probe), os.environ.get("SPECCHAT_STARTUP_PROBE_QUIT", ""))
     return _app_main(argv)

@@ -4,7 +4,7 @@
                                                   [--cold] [--offscreen]
 
 Each run starts the binary with the startup probe on (`SPECCHAT_STARTUP_PROBE`, see
-ui/selftest_gui.py), on a throw-away profile, and reads two numbers: from our `Popen` call to the
+ui/shell/selftest_gui.py), on a throw-away profile, and reads two numbers: from our `Popen` call to the
 first exposed window (what a user waits for after a double-click), and the same from the process's
 own start time. The app quits itself once the window is up (or, with --models, once the demo pair
 from the models folder has loaded on the worker thread). Without a display an Xvfb server is

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections import defaultdict
 
-from app.demo_pair import demo_pair_paths
+from app.models.demo_pair import demo_pair_paths
 
 MiB = 1 << 20
 GRID = [(c, n, nd, "on") for c in (2048, 8192, 32768) for n, nd in ((0, 0), (12, 10), (-1, -1))]

@@ -56,7 +56,8 @@ def smol_path() -> Path:
 @pytest.fixture(scope="session")
 def demo_session(target_path: Path, draft_path: Path) -> Iterator[object]:
     """The real demo pair, loaded once for all engine tests (used from the test thread only)."""
-    from app.session import PairConfig, SpecSession
+    from app.engine.pair_config import PairConfig
+    from app.engine.session import SpecSession
 
     session = SpecSession(PairConfig(target_path, draft_path, n_ctx=2048, n_threads=2))
     yield session
@@ -65,7 +66,8 @@ def demo_session(target_path: Path, draft_path: Path) -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def smol_session(smol_path: Path) -> Iterator[object]:
-    from app.session import PairConfig, SpecSession
+    from app.engine.pair_config import PairConfig
+    from app.engine.session import SpecSession
 
     session = SpecSession(PairConfig(smol_path, None, n_ctx=512, n_threads=2))
     yield session

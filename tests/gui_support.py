@@ -48,7 +48,7 @@ def gui_home(folder: Path) -> Iterator[None]:
 
 def require_working_pyside() -> None:
     """PySide6 6.12.0 on Python 3.11 aborts the interpreter after some thousand Qt calls: say so plainly."""
-    from ui.qt_check import refcount_bug
+    from ui.shell.qt_check import refcount_bug
 
     problem = refcount_bug()
     if problem:
@@ -57,7 +57,7 @@ def require_working_pyside() -> None:
 
 def open_window(target: Path, draft: Path | None, settings: Settings) -> Any:
     """A shown main window with `target` (+ `draft`) loaded on its worker thread."""
-    from ui.main_window import MainWindow
+    from ui.shell.main_window import MainWindow
 
     require_working_pyside()
     window = MainWindow(settings, save_settings=False)

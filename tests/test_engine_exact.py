@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from app.bench import NEAR_TIE_MARGIN, first_divergence, load_prompts, run_once
-from app.engine import SpecParams
-from app.events import FinishEvent, StepEvent, TokenEvent, TokenFate
-from app.sampling import SamplingParams, distribution
-from app.session import GenParams
+from app.cli.bench import NEAR_TIE_MARGIN, first_divergence, load_prompts, run_once
+from app.engine.events import FinishEvent, StepEvent, TokenEvent, TokenFate
+from app.engine.sampling import SamplingParams, distribution
+from app.engine.session import GenParams
+from app.engine.speculative import SpecParams
 
 N_TOKENS = 128
 PROMPTS = load_prompts(None)  # the shipped suite: code, an edit, JSON, prose, a typo fix

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from app.events import FinishEvent, TokenEvent
+from app.engine.events import FinishEvent, TokenEvent
+from app.engine.session import GenParams
 from app.llama_backend import ContextFullError
-from app.session import GenParams
 
 
 def _collect(session, prompt, params, cancel=None):

@@ -11,7 +11,7 @@ import gguf
 import pytest
 from tiny_gguf import VOCAB, write_tiny
 
-from app.gguf_meta import GGUFError, clear_cache, read_gguf, read_token_types, read_tokens
+from app.models.gguf_meta import GGUFError, clear_cache, read_gguf, read_token_types, read_tokens
 
 
 def test_reads_the_qwen_target(target_path: Path) -> None:

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from PySide6.QtGui import QTextCursor
 
-from app.chats import FATE_CODES, ChatStore
-from app.events import FinishEvent, StepEvent, TokenEvent, TokenFate
+from app.chat.conversations import FATE_CODES, ChatStore
+from app.engine.events import FinishEvent, StepEvent, TokenEvent, TokenFate
 from app.settings import Settings
 from tests.gui_support import fragments, gui_home, open_window
-from ui.stats_panel import format_value
-from ui.token_style import PROP_FATE, PROP_GHOST, PROP_INDEX, PROP_MSG, tooltip
-from ui.transcript_view import TranscriptView
+from ui.base.token_style import PROP_FATE, PROP_GHOST, PROP_INDEX, PROP_MSG, tooltip
+from ui.chat.transcript_view import TranscriptView
+from ui.stats.stats_panel import format_value
 
 pytestmark = pytest.mark.gui
 REPLY_TIMEOUT_MS = 240_000

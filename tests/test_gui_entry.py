@@ -22,12 +22,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def _run(args: list[str], home: Path, timeout: int = 240) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SPECCHAT_HOME": str(home), "QT_QPA_PLATFORM": "offscreen",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "ui.entry", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "ui.shell.entry", *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=timeout)
 
 
 def test_other_commands_never_load_qt() -> None:
-    code = ("import sys, ui.entry, app.cli; app.cli.build_parser([ui.entry._register_gui]); "
+    code = ("import sys, ui.shell.entry, app.cli.main; app.cli.main.build_parser([ui.shell.entry._register_gui]); "
             "print(sorted(m for m in sys.modules if m.startswith(('PySide6', 'qasync'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
@@ -59,8 +59,8 @@ def test_missing_model_is_reported_in_the_window(tmp_path: Path) -> None:
 
 
 def test_uncaught_errors_show_in_the_window(qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ui.app as gui_app
-    from ui.message_bar import MessageBar
+    import ui.shell.app as gui_app
+    from ui.base.message_bar import MessageBar
 
     bar = MessageBar()
     qtbot.addWidget(bar)

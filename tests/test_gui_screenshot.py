@@ -12,10 +12,10 @@ import pytest
 from PySide6.QtCore import QPoint, QRect
 from PySide6.QtGui import QColor, QImage, QTextCursor
 
-from app.events import TokenEvent, TokenFate
+from app.engine.events import TokenEvent, TokenFate
 from app.settings import Settings
 from tests.gui_support import gui_home, open_window
-from ui.token_style import blend_over, tint
+from ui.base.token_style import blend_over, tint
 
 pytestmark = pytest.mark.gui
 

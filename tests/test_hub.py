@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from hub_server import FakeHub
 
-from app import cli_models, hub
-from app.catalog import PAIRS, CatalogModel, CatalogPair
-from app.cli_hub import register_models_hooks
-from app.pair_fetch import fetch_pair, local_pair
+from app.cli import models as cli_models
+from app.cli.hub import register_models_hooks
+from app.models import hub
+from app.models.catalog import PAIRS, CatalogModel, CatalogPair
+from app.models.pair_fetch import fetch_pair, local_pair
 
 REPO = "test/SmolLM2-135M-Instruct-GGUF"
 FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

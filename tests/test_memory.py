@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app import cli_memory, llama_devices
-from app.gguf_meta import GGUFError, read_gguf
+from app.cli import memory as cli_memory
+from app.llama_backend import devices as llama_devices
 from app.memory import (
     Buffer,
     BuildSpec,
@@ -26,6 +26,7 @@ from app.memory import (
     predict_pair,
     require_fit,
 )
+from app.models.gguf_meta import GGUFError, read_gguf
 from tests.tiny_gguf import write_tiny
 
 TOLERANCE = 0.05
@@ -415,8 +416,8 @@ def test_cli_doctor_json(capsys) -> None:
 
 
 def test_nvml_bus_ids_match_ggml_device_ids() -> None:
-    from app.llama_devices import Device
-    from app.nvml_usage import GpuProcessUse, match_devices, normalize_bus_id
+    from app.llama_backend.devices import Device
+    from app.memory.nvml_usage import GpuProcessUse, match_devices, normalize_bus_id
 
     assert normalize_bus_id("00000000:C1:00.0") == normalize_bus_id("0000:c1:00.0") == "0000:c1:00.0"
     assert normalize_bus_id("0000:c1:00.0-v1") == ""  # a virtual CUDA device is not a PCI GPU
@@ -439,7 +440,7 @@ def test_nvml_bus_ids_match_ggml_device_ids() -> None:
 
 
 def test_measured_overhead_needs_the_process_use() -> None:
-    from app.llama_devices import MeasuredBuffer
+    from app.llama_backend.devices import MeasuredBuffer
     from app.memory import measured_segments
 
     buffers = [

@@ -11,9 +11,9 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtGui import QColor  # noqa: E402
 
-from app.gguf_meta import read_gguf  # noqa: E402
 from app.memory import BuildSpec, DeviceBudget, GiB, GpuSpec, ModelSettings, predict_pair  # noqa: E402
-from ui.memory_meter import SEGMENT_COLOURS, STATE_COLOURS, MemoryMeter, meter_state  # noqa: E402
+from app.models.gguf_meta import read_gguf  # noqa: E402
+from ui.stats.memory_meter import SEGMENT_COLOURS, STATE_COLOURS, MemoryMeter, meter_state  # noqa: E402
 
 VALUES = {
     "target_weights": 4 * GiB,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from tiny_gguf import write_tiny
 
-from app.cli_models import register
-from app.model_library import describe, list_models
+from app.cli.models import register
+from app.models.library import describe, list_models
 
 
 @pytest.fixture

@@ -18,11 +18,11 @@ from hub_server import FakeHub  # noqa: E402
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDropEvent  # noqa: E402
 
-from app.catalog import CatalogModel, CatalogPair  # noqa: E402
 from app.memory import BuildSpec, DeviceBudget, GiB, GpuSpec  # noqa: E402
+from app.models.catalog import CatalogModel, CatalogPair  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from ui.model_list import LOOKUP  # noqa: E402
-from ui.model_picker import ModelPickerDialog, PickerChoice  # noqa: E402
+from ui.picker.model_list import LOOKUP  # noqa: E402
+from ui.picker.model_picker import ModelPickerDialog, PickerChoice  # noqa: E402
 
 GPU_BUILD = BuildSpec(gpus=(GpuSpec("CUDA0", 8 * GiB),), runtime="cuda")
 GPU_BUDGETS = [DeviceBudget("CUDA0", "gpu", 7 * GiB, 8 * GiB, "test GPU"),
@@ -181,7 +181,7 @@ def test_pair_download_and_cancel_run_without_blocking(qtbot, qloop, folder: Pat
 def test_open_picker_and_its_picture(qtbot, folder: Path, target_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
     from PySide6.QtGui import QImage
 
-    from ui.model_picker import grab_picker, open_picker
+    from ui.picker.model_picker import grab_picker, open_picker
 
     settings = Settings(target_path=str(folder / target_path.name), mode="lookup", n_ctx=8192)
     dialog = open_picker(None, settings, folders=[folder], build=GPU_BUILD, device_budgets=GPU_BUDGETS)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app import selftest
+from app.cli import selftest
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_ID = "org.specchat.SpecChat"
@@ -51,7 +51,7 @@ def test_find_model_prefers_smollm2_then_the_smallest(tmp_path: Path, monkeypatc
 @pytest.mark.gui
 def test_gui_selftest_shows_the_window_and_replies(qapp: object, smol_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    from ui.selftest_gui import run_gui_selftest
+    from ui.shell.selftest_gui import run_gui_selftest
 
     home = os.environ.get("SPECCHAT_HOME")
     assert run_gui_selftest(smol_path, timeout_s=120) == 0

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from tiny_gguf import VOCAB, write_tiny
 
-from app.cli_models import register
-from app.gguf_meta import read_tokens
-from app.pair_doctor import PairReport, check_pair
+from app.cli.models import register
+from app.models.gguf_meta import read_tokens
+from app.models.pair_doctor import PairReport, check_pair
 
 
 def codes(report: PairReport, severity: str) -> set[str]:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from app.sampling import Dist, SamplingParams, distribution, point_mass, speculative_accept, top_two_margin
+from app.engine.sampling import Dist, SamplingParams, distribution, point_mass, speculative_accept, top_two_margin
 
 
 def _dist(probs: dict[int, float]) -> Dist:

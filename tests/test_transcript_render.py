@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 from PySide6.QtGui import QTextCursor
 
-from app.chats import Message
-from app.events import FinishEvent, GenerationStats, StepEvent, TokenEvent, TokenFate
-from app.live_stats import LiveStats
+from app.chat.conversations import Message
+from app.engine.events import FinishEvent, GenerationStats, StepEvent, TokenEvent, TokenFate
+from app.engine.live_stats import LiveStats
 from tests.gui_support import fragments
-from ui.markdown_runs import parse
-from ui.token_style import PROP_FATE, PROP_GHOST, PROP_INDEX
-from ui.transcript_view import TranscriptView
-from ui.worker import GenerationWorker
+from ui.base.token_style import PROP_FATE, PROP_GHOST, PROP_INDEX
+from ui.base.worker import GenerationWorker
+from ui.chat.markdown_runs import parse
+from ui.chat.transcript_view import TranscriptView
 
 SOURCE = ["# Sl", "icing", "\n\n", "Use", " `", "xs", "[1:]`", " to", " **drop**", " the", " first", ".\n\n",
           "```", "python", "\n", "xs", " =", " [1,", " 2]", "\n", "print", "(xs", "[1:])", "\n", "```", "\n\n",

@@ -1,6 +1,6 @@
 """The one module that imports `llama_cpp`: models, contexts, batches, logits, tokenizer, logs.
 
-Everything here runs on the thread that owns the llama contexts (see `ui/worker.py`); none of it is
+Everything here runs on the thread that owns the llama contexts (see `ui/base/worker.py`); none of it is
 thread-safe. ctypes releases the GIL inside `llama_decode`, so other Python threads keep running.
 """
 

@@ -25,7 +25,7 @@ import llama_cpp
 import llama_cpp._ggml as _ggml
 
 from app.llama_backend.core import add_log_sink, ensure_backend, remove_log_sink
-from app.memory_predict import REPACK_ARM_I8MM, REPACK_X86, Buffer, BuildSpec, GpuSpec, ModelSettings
+from app.memory.predict import REPACK_ARM_I8MM, REPACK_X86, Buffer, BuildSpec, GpuSpec, ModelSettings
 
 DeviceType = Literal["cpu", "gpu", "igpu", "accel", "meta"]
 _DEV_TYPES: dict[int, DeviceType] = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
@@ -227,7 +227,7 @@ def capabilities() -> Capabilities:
 
 
 def build_spec(devices: Iterable[Device] | None = None, caps: Capabilities | None = None) -> BuildSpec:
-    """Describe this llama.cpp build for `app.memory_predict`: its GPUs and its repack kernels."""
+    """Describe this llama.cpp build for `app.memory.predict`: its GPUs and its repack kernels."""
     devices = list_devices() if devices is None else list(devices)
     caps = capabilities() if caps is None else caps
     gpus = tuple(
@@ -416,7 +416,7 @@ def _load_and_free(
 
 
 def _process_use() -> dict[str, int]:
-    from app.nvml_usage import process_use_by_device
+    from app.memory.nvml_usage import process_use_by_device
 
     return process_use_by_device(list_devices())
 

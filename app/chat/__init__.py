@@ -1,0 +1,1 @@
+"""Conversations: the chat store with its journal of the reply in progress."""

@@ -1,0 +1,358 @@
+"""Conversations on disk: one JSON file per conversation, plus a journal for the reply in progress.
+
+Each assistant message keeps its statistics and its token fates in a compact form, so a reloaded
+chat shows the same colours as when it was generated:
+
+    tokens: [[text, fate code, step], ...]   (+ [p, q] for sampled runs)
+    ghosts: [[position, text], ...]          rejected draft text, shown before token `position`
+
+Crash safety: the conversation file is only ever replaced atomically (app.atomic), and while a
+reply streams, each batch of tokens is first appended to `<id>.journal` (one JSON line per batch,
+flushed before it is shown) and the whole file is rewritten at most once a second and at the end.
+Loading replays a leftover journal, so a crash or kill loses nothing that was on screen. A file
+that cannot be read is moved aside (never deleted or overwritten) and reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from app import paths
+from app.atomic import atomic_write_text
+from app.engine.events import Event, FinishEvent, GenerationStats, GovernorEvent, StepEvent, TokenEvent, TokenFate
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+FATE_CODES: dict[TokenFate, str] = {
+    TokenFate.ACCEPTED: "a",
+    TokenFate.CORRECTED: "c",
+    TokenFate.BONUS: "b",
+    TokenFate.TARGET: "t",
+}
+CODE_FATES: dict[str, TokenFate] = {code: fate for fate, code in FATE_CODES.items()}
+SNAPSHOT_INTERVAL_S = 1.0
+
+TokenRecord = list[Any]  # [text, code, step] or [text, code, step, p, q]
+GhostRecord = list[Any]  # [position, text]
+
+
+class ChatFormatError(ValueError):
+    pass
+
+
+@dataclass
+class Message:
+    role: str  # "user" | "assistant"
+    content: str
+    created: float = field(default_factory=time.time)
+    status: str = "done"  # "generating" | "done" | "interrupted" (found unfinished at load) | "error"
+    tokens: list[TokenRecord] | None = None
+    ghosts: list[GhostRecord] | None = None
+    stats: dict[str, Any] | None = None
+    mode: str | None = None
+    models: dict[str, str | None] | None = None
+    error: str | None = None
+    compare: dict[str, Any] | None = None  # the plain run and the verdict of a side-by-side run
+
+    def to_json(self) -> dict[str, Any]:
+        # Not dataclasses.asdict: its deep copy of thousands of token records costs tens of ms.
+        return {name: value for name in self.__dataclass_fields__ if (value := getattr(self, name)) is not None}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Message:
+        if not isinstance(data, dict) or data.get("role") not in ("user", "assistant", "system"):
+            raise ChatFormatError(f"bad message: {str(data)[:80]}")
+        known = {f for f in cls.__dataclass_fields__}
+        msg = cls(**{k: v for k, v in data.items() if k in known})
+        if not isinstance(msg.content, str):
+            raise ChatFormatError("message content is not text")
+        return msg
+
+    def append_tokens(self, start: int, tokens: list[TokenRecord], ghosts: list[GhostRecord]) -> None:
+        """Add records that begin at reply index `start`; ones already held are skipped (idempotent)."""
+        held = self.tokens if self.tokens is not None else []
+        self.tokens = held
+        skip = len(held) - start
+        if skip < 0:
+            raise ChatFormatError(f"journal gap: tokens from {start}, have {len(held)}")
+        for record in tokens[skip:]:
+            held.append(record)
+            self.content += record[0]
+        have = {(g[0], g[1]) for g in self.ghosts or []}
+        fresh = [g for g in ghosts if (g[0], g[1]) not in have]
+        if fresh:
+            self.ghosts = (self.ghosts or []) + fresh
+
+
+@dataclass
+class Conversation:
+    id: str
+    title: str = "New chat"
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    messages: list[Message] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": FORMAT_VERSION,
+            "id": self.id,
+            "title": self.title,
+            "created": self.created,
+            "updated": self.updated,
+            "messages": [m.to_json() for m in self.messages],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Conversation:
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+            raise ChatFormatError("not a conversation object")
+        messages = data.get("messages", [])
+        if not isinstance(messages, list):
+            raise ChatFormatError("messages is not a list")
+        return cls(
+            id=data["id"],
+            title=str(data.get("title") or "New chat"),
+            created=float(data.get("created", 0.0)),
+            updated=float(data.get("updated", 0.0)),
+            messages=[Message.from_json(m) for m in messages],
+        )
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        """What the model sees: role and content, without failed or empty replies."""
+        return [
+            {"role": m.role, "content": m.content}
+            for m in self.messages
+            if m.status != "error" and (m.role == "user" or m.content)
+        ]
+
+    def matches(self, words: Iterable[str]) -> bool:
+        haystack = "\n".join([self.title, *(m.content for m in self.messages)]).casefold()
+        return all(w.casefold() in haystack for w in words)
+
+
+def new_id() -> str:
+    # Sortable by creation time, unique without coordination.
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+def title_from(text: str, limit: int = 48) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def token_record(event: TokenEvent) -> TokenRecord:
+    record: TokenRecord = [event.text, FATE_CODES[event.fate], event.step]
+    if event.p is not None or event.q is not None:
+        record += [event.p, event.q]
+    return record
+
+
+def records_from_events(events: Iterable[Event]) -> tuple[list[TokenRecord], list[GhostRecord]]:
+    tokens: list[TokenRecord] = []
+    ghosts: list[GhostRecord] = []
+    for event in events:
+        if isinstance(event, TokenEvent):
+            tokens.append(token_record(event))
+        elif isinstance(event, StepEvent) and event.rejected and event.emitted > event.accepted:
+            # Ghosts sit right before the step's corrected token; a step cut at a stop has none.
+            ghosts.append([event.position + event.accepted, event.rejected_text])
+    return tokens, ghosts
+
+
+class ChatStore:
+    """All conversations of one profile, in memory and on disk."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = Path(folder) if folder else paths.chats_dir()
+        self.conversations: dict[str, Conversation] = {}
+        self.problems: list[str] = []  # one sentence per file that needed rescue at load
+        self._journals: dict[str, IO[str]] = {}
+
+    # --- loading ------------------------------------------------------------------------------
+
+    def load_all(self) -> list[Conversation]:
+        self.conversations.clear()
+        self.problems.clear()
+        if not self.folder.is_dir():
+            return []
+        for stale in self.folder.glob(".*.tmp"):  # an atomic write that was killed before its rename
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        for path in sorted(self.folder.glob("*.json")):
+            try:
+                conv = Conversation.from_json(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, TypeError) as exc:
+                self._set_aside(path, exc)
+                continue
+            if conv.id != path.stem:
+                conv.id = path.stem  # the file name is the identity: never overwrite another chat
+            if self._recover(conv):
+                self.save(conv)
+            self.conversations[conv.id] = conv
+        return self.sorted()
+
+    def _set_aside(self, path: Path, exc: Exception) -> None:
+        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        try:
+            path.replace(aside)
+            where = f"it was moved to {aside.name}"
+        except OSError:
+            where = "it was left in place"
+        message = f"Conversation file {path.name} could not be read ({exc}); {where}."
+        log.warning(message)
+        self.problems.append(message)
+
+    def _recover(self, conv: Conversation) -> bool:
+        """Replay a journal left by a killed session; mark replies that never finished."""
+        changed = False
+        journal = self._journal_path(conv.id)
+        if journal.exists():
+            for number, line in enumerate(journal.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                try:
+                    entry = json.loads(line)
+                    msg = conv.messages[entry["m"]]
+                    msg.append_tokens(entry["i"], entry["t"], entry.get("g", []))
+                    changed = True
+                except (ValueError, KeyError, IndexError, TypeError) as exc:
+                    # The last line may be cut short by the kill; anything before it was complete.
+                    log.info("journal %s line %d skipped: %s", journal.name, number, exc)
+        for msg in conv.messages:
+            if msg.status == "generating":
+                msg.status = "interrupted"
+                changed = True
+        return changed
+
+    def sorted(self) -> list[Conversation]:
+        return sorted(self.conversations.values(), key=lambda c: c.updated, reverse=True)
+
+    # --- changes --------------------------------------------------------------------------------
+
+    def new(self) -> Conversation:
+        conv = Conversation(id=new_id())
+        self.conversations[conv.id] = conv
+        return conv
+
+    def save(self, conv: Conversation) -> None:
+        conv.updated = time.time()
+        self.conversations[conv.id] = conv
+        atomic_write_text(self._path(conv.id), json.dumps(conv.to_json(), ensure_ascii=False))
+        # Everything journaled is now in the file: start the journal afresh.
+        self._close_journal(conv.id, remove=True)
+
+    def rename(self, conv: Conversation, title: str) -> None:
+        conv.title = title.strip() or conv.title
+        self.save(conv)
+
+    def delete(self, conv: Conversation) -> None:
+        self._close_journal(conv.id, remove=True)
+        self.conversations.pop(conv.id, None)
+        with contextlib.suppress(FileNotFoundError):
+            self._path(conv.id).unlink()
+
+    def search(self, query: str) -> list[Conversation]:
+        words = query.split()
+        return [c for c in self.sorted() if c.matches(words)]
+
+    # --- the reply in progress ------------------------------------------------------------------
+
+    def journal(self, conv: Conversation, msg_index: int, start: int, tokens: list[TokenRecord],
+                ghosts: list[GhostRecord]) -> None:
+        handle = self._journals.get(conv.id)
+        if handle is None:
+            handle = open(self._journal_path(conv.id), "a", encoding="utf-8")  # noqa: SIM115 - kept open
+            self._journals[conv.id] = handle
+        handle.write(json.dumps({"m": msg_index, "i": start, "t": tokens, "g": ghosts}, ensure_ascii=False) + "\n")
+        handle.flush()  # in the OS's hands now: a killed process loses nothing
+
+    def close(self) -> None:
+        for conv_id in list(self._journals):
+            self._close_journal(conv_id, remove=False)
+
+    def _close_journal(self, conv_id: str, remove: bool) -> None:
+        handle = self._journals.pop(conv_id, None)
+        if handle is not None:
+            handle.close()
+        if remove:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._journal_path(conv_id))
+
+    def _path(self, conv_id: str) -> Path:
+        return self.folder / f"{conv_id}.json"
+
+    def _journal_path(self, conv_id: str) -> Path:
+        return self.folder / f"{conv_id}.journal"
+
+
+class ReplyRecorder:
+    """Feeds one streaming reply into its message: journal first, snapshot every second, save at the end."""
+
+    def __init__(self, store: ChatStore, conv: Conversation, message: Message,
+                 interval_s: float = SNAPSHOT_INTERVAL_S) -> None:
+        self.store, self.conv, self.message = store, conv, message
+        self.index = conv.messages.index(message)
+        self.interval_s = interval_s
+        message.tokens = message.tokens or []
+        message.ghosts = message.ghosts or []
+        message.status = "generating"
+        self._last_save = time.monotonic()
+        store.save(conv)
+
+    def add(self, events: Iterable[Event]) -> tuple[list[TokenRecord], list[GhostRecord]]:
+        """Record a batch of events; returns the new token and ghost records (to display)."""
+        start = len(self.message.tokens or [])
+        tokens, ghosts = records_from_events(events)
+        if tokens or ghosts:
+            self.store.journal(self.conv, self.index, start, tokens, ghosts)
+            self.message.append_tokens(start, tokens, ghosts)
+            if time.monotonic() - self._last_save >= self.interval_s:
+                self.snapshot()
+        return tokens, ghosts
+
+    def snapshot(self) -> None:
+        self.store.save(self.conv)
+        self._last_save = time.monotonic()
+
+    def finish(self, finish: FinishEvent, extra: dict[str, Any] | None = None) -> None:
+        msg = self.message
+        shown = "".join(t[0] for t in msg.tokens or [])
+        if finish.text != shown and finish.text.startswith(shown) and msg.tokens:
+            msg.tokens[-1][0] += finish.text[len(shown):]  # a UTF-8 tail flushed at the end
+        msg.content = "".join(t[0] for t in msg.tokens or [])
+        msg.stats = stats_to_json(finish)
+        msg.status = "done"
+        if extra:
+            msg.compare = extra
+        self.snapshot()
+
+    def fail(self, error: str) -> None:
+        self.message.status = "error" if not self.message.content else "interrupted"
+        self.message.error = error
+        self.snapshot()
+
+
+def stats_to_json(finish: FinishEvent) -> dict[str, Any]:
+    return asdict(finish.stats)
+
+
+def stats_from_json(data: dict[str, Any] | None) -> GenerationStats | None:
+    """A stored message's statistics (None when absent or from an incompatible version)."""
+    if not data:
+        return None
+    try:
+        values = dict(data)
+        values["governor"] = tuple(GovernorEvent(**g) for g in values.get("governor", ()))
+        for key in ("per_position_acceptance", "accepted_length_histogram"):
+            values[key] = tuple(values.get(key, ()))
+        return GenerationStats(**values)
+    except (TypeError, ValueError):
+        return None

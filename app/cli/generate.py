@@ -1,0 +1,68 @@
+"""`specchat generate`: one reply, streamed as coloured text or returned as one JSON object."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from dataclasses import asdict
+
+from app import settings as settings_mod
+from app.cli.options import UserError, gen_params, pair_config, resolve_models
+from app.cli.render import TerminalRenderer, format_stats
+from app.engine.events import FinishEvent, StepEvent
+from app.engine.session import SpecSession
+
+
+def stats_json(finish: FinishEvent) -> dict[str, object]:
+    stats = asdict(finish.stats)
+    return {
+        "text": finish.text,
+        "prompt_tokens": list(finish.prompt_tokens),
+        "tokens": list(finish.tokens),
+        "mode": finish.stats.mode,
+        "stats": stats,
+    }
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    settings, warning = settings_mod.load()
+    if warning:
+        print(f"specchat: warning: {warning}", file=sys.stderr)
+    target, draft = resolve_models(args, settings)
+    params = gen_params(args, settings, draft is not None)
+    if params.mode == "draft" and draft is None:
+        raise UserError("--mode draft needs a draft model (-md DRAFT.GGUF); --mode lookup speculates without one.")
+    if params.mode != "draft":
+        draft = None  # do not load a model that will not be used
+    cfg = pair_config(args, settings, target, draft)
+    renderer = TerminalRenderer(colour=not args.no_color and sys.stdout.isatty() or args.color,
+                                show_rejected=args.show_rejected)
+    cancel = threading.Event()
+    steps: list[dict[str, object]] = []
+    finish: FinishEvent | None = None
+    with SpecSession(cfg) as session:
+        prompt = (session.target_model.tokenize(args.prompt) if args.raw
+                  else session.chat_prompt([{"role": "user", "content": args.prompt}]))
+        try:
+            for event in session.generate(prompt, params, cancel):
+                if isinstance(event, FinishEvent):
+                    finish = event
+                elif isinstance(event, StepEvent) and args.json:
+                    steps.append(asdict(event))
+                if not args.json:
+                    renderer(event)
+        except KeyboardInterrupt:
+            cancel.set()
+    if finish is None:
+        return 130
+    if args.json:
+        data = stats_json(finish)
+        data["steps"] = steps
+        print(json.dumps(data))
+    else:
+        legend = renderer.legend()
+        print(("\n" + legend) if legend else "", file=sys.stderr)
+        print(format_stats(finish.stats), file=sys.stderr)
+    return 0

@@ -1,0 +1,103 @@
+"""`specchat` command line. Flags follow llama.cpp's names where one exists.
+
+Every handler returns an exit status; bad input ends in one clear line on stderr and exit 2, never a
+traceback. The GUI adds its own `gui` command through `extra_commands` (app/ never imports Qt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from app.cli.options import EXIT_BAD_INPUT, UserError, add_generation_args, add_model_args
+
+Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], object]
+
+
+# The handlers that load models import the engine (and with it llama_cpp) only when they run, so
+# `specchat --help` and the GUI's start-up do not pay for it.
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from app.cli.generate import cmd_generate
+
+    return cmd_generate(args)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from app.cli.bench import run_bench_cli
+
+    return run_bench_cli(args)
+
+
+def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentParser:
+    from app.cli import hub as cli_hub
+    from app.cli import models as cli_models
+
+    parser = argparse.ArgumentParser(prog="specchat", description="Speculative decoding made visible.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    gen = sub.add_parser("generate", help="generate a reply, coloured by each token's fate")
+    gen.add_argument("-p", "--prompt", required=True)
+    gen.add_argument("--raw", action="store_true", help="no chat template: continue the prompt text as is")
+    gen.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
+    gen.add_argument("--show-rejected", action="store_true", help="show rejected drafts struck through")
+    gen.add_argument("--no-color", action="store_true")
+    gen.add_argument("--color", action="store_true", help="colour even when stdout is not a terminal")
+    add_model_args(gen)
+    add_generation_args(gen)
+    gen.set_defaults(func=_cmd_generate)
+
+    bench = sub.add_parser("bench", help="plain vs lookup vs draft on a prompt suite, side by side")
+    bench.add_argument("--prompts", type=Path, help="JSONL file of {\"id\", \"prompt\"} objects")
+    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--modes", default="none,lookup,draft", help="comma-separated modes (none is always run)")
+    bench.add_argument("--repeat", type=int, default=1, help="rounds per prompt; medians are reported")
+    bench.add_argument("--compare-llama-cpp-python", action="store_true",
+                       help="also time llama-cpp-python's own LlamaPromptLookupDecoding on each prompt")
+    add_model_args(bench)
+    add_generation_args(bench)
+    bench.set_defaults(func=_cmd_bench)
+
+    cli_models.register(sub, models_hooks=(cli_hub.register_models_hooks,))
+    try:
+        from app.cli import memory as cli_memory
+    except ImportError:  # pragma: no cover - lands with the memory meter
+        cli_memory = None  # type: ignore[assignment]
+    if cli_memory is not None:
+        cli_memory.register(sub)
+    for register in extra_commands:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, extra_commands: Sequence[Register] = (),
+         default_command: str | None = None) -> int:
+    parser = build_parser(extra_commands)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv and default_command:
+        argv = [default_command]
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    from app.llama_backend import LlamaError
+    from app.memory import PredictionError, WontFitError
+    from app.models.chat_template import ChatTemplateError
+    from app.models.gguf_meta import GGUFError
+
+    try:
+        return int(args.func(args))
+    except (UserError, LlamaError, GGUFError, ChatTemplateError, WontFitError, PredictionError, ValueError,
+            OSError) as exc:
+        print(f"specchat: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Options shared by the commands that load a pair (generate, bench, memory, gui): the model and
+generation flags, and how they combine with the saved settings and the demo pair."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from app import settings as settings_mod
+from app.engine.pair_config import PairConfig
+from app.engine.sampling import SamplingParams
+from app.engine.session import GenParams
+from app.engine.speculative import SpecParams
+from app.models.demo_pair import demo_pair_paths
+
+EXIT_BAD_INPUT = 2
+
+
+class UserError(Exception):
+    """Bad input: printed as one line, exit 2."""
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("models")
+    g.add_argument("-m", "--model", type=Path, help="target GGUF (default: the demo pair's target)")
+    g.add_argument("-md", "--model-draft", type=Path, help="draft GGUF (default: the demo pair's draft)")
+    g.add_argument("-ngl", "--n-gpu-layers", type=int, default=None, help="target layers on the GPU (-1: all)")
+    g.add_argument("-ngld", "--n-gpu-layers-draft", type=int, default=None, help="draft layers on the GPU")
+    g.add_argument("-c", "--ctx-size", type=int, default=None, help="context size in tokens")
+    g.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: physical cores)")
+    g.add_argument("--no-flash-attn", action="store_true", help="turn flash attention off")
+    g.add_argument("--force", action="store_true", help="load even if the pair is predicted not to fit in memory")
+    g.add_argument("--repack", action="store_true", help="repack CPU weights: faster prompts, but verify "
+                   "batches then round differently from one-token steps (near-ties may flip)")
+
+
+def add_generation_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("generation")
+    g.add_argument("--mode", choices=("draft", "lookup", "none"), help="drafting mode (default: draft with a draft "
+                   "model, else lookup)")
+    g.add_argument("-n", "--n-predict", type=int, default=None, help="tokens to generate")
+    g.add_argument("--draft-max", type=int, default=None, help="most tokens drafted per step (K)")
+    g.add_argument("--draft-min", type=int, default=None, help="fewest tokens drafted before --draft-p-min may cut")
+    g.add_argument("--draft-p-min", type=float, default=None, help="stop drafting below this draft confidence")
+    g.add_argument("--no-adapt", action="store_true", help="fixed K: the governor neither shrinks K nor stops drafting")
+    g.add_argument("--temp", type=float, default=None, help="temperature (0: greedy, exact token-for-token)")
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--min-p", type=float, default=None)
+    g.add_argument("--seed", type=int, default=None)
+
+
+def _pick(value: object, default: object) -> object:
+    return default if value is None else value
+
+
+def resolve_models(args: argparse.Namespace, settings: settings_mod.Settings) -> tuple[Path, Path | None]:
+    """-m/-md, else the configured models, else the demo pair; never a silent substitute."""
+    target = args.model or (Path(settings.target_path) if settings.target_path else None)
+    draft = args.model_draft
+    if target is None:
+        demo = demo_pair_paths()
+        if demo is None:
+            raise UserError("No model given and the demo pair is not downloaded: run `specchat models fetch-demo`, "
+                            "or pass -m TARGET.GGUF [-md DRAFT.GGUF].")
+        return demo.target, draft or demo.draft
+    if draft is None and args.model is None and settings.draft_path:
+        draft = Path(settings.draft_path)
+    for role, path in (("target", target), ("draft", draft)):
+        if path is not None and not Path(path).is_file():
+            raise UserError(f"The {role} model {path} does not exist. Check the path or run `specchat models list`.")
+    return Path(target), Path(draft) if draft else None
+
+
+def pair_config(args: argparse.Namespace, settings: settings_mod.Settings, target: Path,
+                draft: Path | None) -> PairConfig:
+    cfg = settings.pair_config(target, draft)
+    return PairConfig(
+        target, draft,
+        n_gpu_layers=int(_pick(args.n_gpu_layers, cfg.n_gpu_layers)),  # type: ignore[call-overload]
+        n_gpu_layers_draft=int(_pick(args.n_gpu_layers_draft, cfg.n_gpu_layers_draft)),  # type: ignore[call-overload]
+        n_ctx=int(_pick(args.ctx_size, cfg.n_ctx)),  # type: ignore[call-overload]
+        n_threads=int(_pick(args.threads, cfg.n_threads)),  # type: ignore[call-overload]
+        flash_attn=cfg.flash_attn and not args.no_flash_attn,
+        repack=cfg.repack or args.repack,
+        force=args.force,
+    )
+
+
+def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_draft: bool) -> GenParams:
+    mode = args.mode or ("draft" if has_draft else "lookup")
+    s = settings
+    return GenParams(
+        mode=mode,
+        n_predict=int(_pick(args.n_predict, s.n_predict)),  # type: ignore[call-overload]
+        sampling=SamplingParams(
+            float(_pick(args.temp, s.temperature)),  # type: ignore[arg-type]
+            int(_pick(args.top_k, s.top_k)),  # type: ignore[call-overload]
+            float(_pick(args.top_p, s.top_p)),  # type: ignore[arg-type]
+            float(_pick(args.min_p, s.min_p)),  # type: ignore[arg-type]
+            args.seed if args.seed is not None else s.seed,
+        ),
+        spec=SpecParams(
+            draft_max=int(_pick(args.draft_max, s.draft_max)),  # type: ignore[call-overload]
+            draft_min=int(_pick(args.draft_min, s.draft_min)),  # type: ignore[call-overload]
+            p_min=float(_pick(args.draft_p_min, s.draft_p_min)),  # type: ignore[arg-type]
+            adaptive=s.adaptive and not args.no_adapt,
+        ),
+    )

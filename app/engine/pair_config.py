@@ -1,0 +1,24 @@
+"""What to load for a pair: the files, offload and context settings. Read by the session that loads
+it and, one layer down in import order, by the memory plan that checks it fits first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class PairConfig:
+    target: Path
+    draft: Path | None = None
+    n_gpu_layers: int = -1
+    n_gpu_layers_draft: int = -1
+    n_ctx: int = 4096
+    n_ctx_draft: int | None = None  # None: same as the target
+    n_threads: int = 0
+    n_batch: int = 512
+    flash_attn: bool = True
+    type_k: str = "f16"
+    type_v: str = "f16"
+    repack: bool = False  # see ModelConfig.repack: off keeps verify batches bit-exact on CPU
+    force: bool = False  # load even when the memory prediction says the pair will not fit

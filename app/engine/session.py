@@ -1,0 +1,131 @@
+"""A loaded target/draft pair ready to chat: what the CLI, the GUI worker, the benchmark and the
+tests hold. Create, use and close it on one thread (the one that owns the llama contexts)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from app.engine.drafters import MODES, Drafter, LookupDrafter, ModelDrafter, NoDrafter
+from app.engine.events import Event
+from app.engine.memory_plan import check_fits
+from app.engine.pair_config import PairConfig
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import SpecEngine, SpecParams
+from app.llama_backend import ContextConfig, LlamaContext, LlamaError, LlamaModel, ModelConfig
+from app.models import chat_template
+from app.models.pair_doctor import check_pair
+
+
+class IncompatiblePairError(LlamaError):
+    """The draft cannot speculate for this target; we say why instead of silently decoding plain."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenParams:
+    mode: str = "draft"
+    n_predict: int = 512
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    spec: SpecParams = field(default_factory=SpecParams)
+    track_margins: bool = False
+
+    def with_mode(self, mode: str) -> GenParams:
+        return replace(self, mode=mode)
+
+
+LoadProgress = Callable[[str, float], None]
+
+
+class SpecSession:
+    def __init__(self, config: PairConfig, progress: LoadProgress | None = None) -> None:
+        self.config = config
+        self._closed = False
+        if config.draft is not None:
+            check_pair_or_raise(config.target, config.draft)
+        if not config.force:
+            self.prediction = check_fits(config)  # both models counted, before any weights load
+        report = progress or (lambda _label, _fraction: None)
+        self.target_model = LlamaModel(ModelConfig(config.target, config.n_gpu_layers, repack=config.repack),
+                                       progress=lambda f: report("target", f) or True)
+        ctx_cfg = ContextConfig(n_ctx=config.n_ctx, n_batch=config.n_batch, n_ubatch=config.n_batch,
+                                n_threads=config.n_threads, flash_attn=config.flash_attn,
+                                type_k=config.type_k, type_v=config.type_v)
+        self.target_ctx = LlamaContext(self.target_model, ctx_cfg)
+        self.draft_model: LlamaModel | None = None
+        self.draft_ctx: LlamaContext | None = None
+        if config.draft is not None:
+            self.draft_model = LlamaModel(ModelConfig(config.draft, config.n_gpu_layers_draft, repack=config.repack),
+                                          progress=lambda f: report("draft", f) or True)
+            self.draft_ctx = LlamaContext(self.draft_model, replace(ctx_cfg, n_ctx=config.n_ctx_draft or config.n_ctx))
+        self._engines: dict[str, SpecEngine] = {}
+
+    @property
+    def available_modes(self) -> tuple[str, ...]:
+        return MODES if self.draft_ctx is not None else ("lookup", "none")
+
+    def _engine(self, mode: str, spec: SpecParams) -> SpecEngine:
+        if mode not in MODES:
+            raise ValueError(f"Unknown mode {mode!r}: use one of {', '.join(MODES)}.")
+        if mode == "draft" and self.draft_ctx is None:
+            raise LlamaError("Mode 'draft' needs a draft model (-md). Use --mode lookup to speculate without one.")
+        engine = self._engines.get(mode)
+        if engine is None:
+            drafter: Drafter
+            if mode == "draft":
+                assert self.draft_ctx is not None
+                drafter = ModelDrafter(self.draft_ctx)
+            else:
+                drafter = {"none": NoDrafter, "lookup": LookupDrafter}[mode]()
+            # All engines share one target context, which records what its cache holds.
+            engine = SpecEngine(self.target_ctx, drafter)
+            self._engines[mode] = engine
+        if isinstance(engine.drafter, ModelDrafter):
+            engine.drafter.p_min, engine.drafter.draft_min = spec.p_min, spec.draft_min
+        return engine
+
+    def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+        model = self.target_model
+        text = chat_template.render(model.chat_template(), messages,
+                                    bos=model.token_text(model.bos) if model.bos >= 0 else "",
+                                    eos=model.token_text(model.eos) if model.eos >= 0 else "")
+        return model.tokenize(text, add_special=True, parse_special=True)
+
+    def generate(self, prompt: Sequence[int], params: GenParams,
+                 cancel: threading.Event | None = None) -> Iterator[Event]:
+        engine = self._engine(params.mode, params.spec)
+        return engine.generate(prompt, params.n_predict, params.sampling, params.spec, cancel,
+                               params.track_margins)
+
+    def generate_chat(self, messages: Sequence[dict[str, Any]], params: GenParams,
+                      cancel: threading.Event | None = None) -> Iterator[Event]:
+        return self.generate(self.chat_prompt(messages), params, cancel)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for ctx in (self.draft_ctx, self.target_ctx):
+            if ctx is not None:
+                ctx.close()
+        for model in (self.draft_model, self.target_model):
+            if model is not None:
+                model.close()
+
+    def __enter__(self) -> SpecSession:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def check_pair_or_raise(target: Path, draft: Path) -> None:
+    """llama.cpp's compatibility rules, read from metadata before any weights load."""
+    report = check_pair(target, draft)
+    if not report.compatible:
+        raise IncompatiblePairError(
+            f"Draft {Path(draft).name} cannot speculate for target {Path(target).name}: {report.reason}. "
+            "Pick a draft of the same family and tokenizer (see `specchat check-pair`), or use --mode lookup."
+        )

@@ -1,0 +1,225 @@
+"""The speculative engine: draft, verify in one batched target pass, roll back, stream events.
+
+Invariant between steps: the target KV cache holds every context token but the last; that last
+token is the first row of the next verify batch, followed by the K drafted tokens. Row i's logits
+judge draft token i; the row after the last accepted token gives the correction or the bonus.
+With K = 0 the same loop is plain decoding, which is what `mode="none"` runs.
+"""
+
+from __future__ import annotations
+
+import codecs
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.engine.acceptance import AcceptanceTally
+from app.engine.drafters import Draft, Drafter
+from app.engine.events import Event, FinishEvent, GenerationStats, StepEvent, TokenEvent, TokenFate
+from app.engine.governor import Governor
+from app.engine.sampling import SamplingParams, distribution, speculative_accept, top_two_margin
+from app.llama_backend import ContextFullError, LlamaContext
+
+
+@dataclass(frozen=True, slots=True)
+class SpecParams:
+    # K: the most tokens drafted per step. 6 keeps a verify batch at 7 rows, the largest that is
+    # bit-identical to one-token decoding on the CPU backend (see ModelConfig.repack).
+    draft_max: int = 6
+    draft_min: int = 0  # never cut a draft for low confidence before this many tokens
+    p_min: float = 0.75  # stop drafting when the draft's top probability falls below this
+    adaptive: bool = True  # let the governor change K and turn drafting off when it loses
+    k_start: int = 3  # first K when adaptive: a cheap first draft while the governor measures
+
+
+@dataclass(slots=True)
+class _Tally:
+    """Running totals for the final statistics."""
+
+    steps: int = 0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    acceptance: AcceptanceTally = field(default_factory=AcceptanceTally)
+
+
+class SpecEngine:
+    """Drives one target context and one drafter. Owned by a single thread."""
+
+    def __init__(self, target: LlamaContext, drafter: Drafter) -> None:
+        self.target = target
+        self.model = target.model
+        self.drafter = drafter
+
+    def _prefill(self, prompt: Sequence[int]) -> int:
+        """Make the target cache hold prompt[:-1], reusing the longest cached prefix. Returns tokens decoded."""
+        head = list(prompt[:-1])
+        common = self.target.keep_common_prefix(head)
+        self.target.decode(head[common:], logits_for="none")
+        return len(head) - common
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        n_predict: int,
+        sampling: SamplingParams | None = None,
+        spec: SpecParams | None = None,
+        cancel: threading.Event | None = None,
+        track_margins: bool = False,
+    ) -> Iterator[Event]:
+        sampling = sampling or SamplingParams()
+        spec = spec or SpecParams()
+        sampling.validate()
+        if not prompt:
+            raise ValueError("The prompt is empty: there is nothing to continue from.")
+        n_ctx = self.target.n_ctx
+        if len(prompt) >= n_ctx:
+            raise ContextFullError(len(prompt) + 1, n_ctx)
+        # K + 1 rows must fit one batch: llama.cpp aborts the whole process otherwise.
+        k_max = 0 if self.drafter.mode == "none" else min(spec.draft_max, self.target.max_rows - 1)
+        governor = Governor(k_max, spec.k_start, spec.adaptive)
+        rng = np.random.default_rng(sampling.seed)
+        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+        t_start = time.perf_counter()
+        n_prefilled = self._prefill(prompt)
+        if k_max > 0:
+            self.drafter.prepare(list(prompt))
+        prefill_ms = (time.perf_counter() - t_start) * 1000.0
+
+        native_start = self.target.native_ms + self.drafter.native_ms
+        context = list(prompt)
+        emitted: list[int] = []
+        margins: list[float] = []
+        text_parts: list[str] = []
+        tally = _Tally()
+        tally.acceptance.presize(k_max)
+        finish = "length"
+        t_decode = time.perf_counter()
+        try:
+            while len(emitted) < n_predict:
+                if cancel is not None and cancel.is_set():
+                    finish = "cancelled"
+                    break
+                # Rows n_past..n_past+K must fit, and the reply (prompt + tokens) must too: the next
+                # turn appends to it.
+                room = n_ctx - self.target.n_past - 2
+                if room < 0:
+                    finish = "context"
+                    break
+                k = min(governor.current_k(), room, n_predict - len(emitted) - 1)
+                draft = self.drafter.propose(context, k, sampling, rng) if k > 0 else Draft((), None, 0.0)
+                n_before = self.target.n_past
+                t_verify = time.perf_counter()
+                self.target.decode([context[-1], *draft.tokens], logits_for="all")
+                verify_ms = (time.perf_counter() - t_verify) * 1000.0
+                out, accepted = self._verify(draft, sampling, rng, track_margins, margins)
+                # Roll back: keep the last context token and the accepted drafts, drop the rejected rows.
+                self.target.truncate(n_before + 1 + accepted)
+
+                step = tally.steps
+                tally.steps += 1
+                tally.acceptance.add(len(draft.tokens), accepted)
+                tally.draft_ms += draft.ms
+                tally.verify_ms += verify_ms
+                event = governor.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens), accepted,
+                                         draft.ms, self.drafter.costs_time)
+
+                keep: list[tuple[int, TokenFate, float | None, float | None]] = []
+                for item in out:
+                    if self.model.is_eog(item[0]):
+                        finish = "stop"
+                        break
+                    keep.append(item)
+                    if len(emitted) + len(keep) >= n_predict:
+                        break
+                rejected = draft.tokens[accepted:]
+                yield StepEvent(
+                    step=step, position=len(emitted), k=k, drafted=draft.tokens, accepted=accepted,
+                    rejected=rejected, rejected_text=self.model.detokenize(rejected), emitted=len(keep),
+                    draft_ms=draft.ms, verify_ms=verify_ms,
+                )
+                for token, fate, p, q in keep:
+                    text = utf8.decode(self.model.piece(token))
+                    text_parts.append(text)
+                    yield TokenEvent(len(emitted), token, text, fate, step, p, q)
+                    emitted.append(token)
+                    context.append(token)
+                if event is not None:
+                    yield event
+                if finish == "stop":
+                    break
+        finally:
+            # Whatever happened (a stop, a cancel, an exception in a consumer), leave the cache
+            # holding exactly the reply's tokens, so the next call can reuse it.
+            self.target.keep_common_prefix(list(prompt) + emitted)
+        decode_ms = (time.perf_counter() - t_decode) * 1000.0
+        native_ms = self.target.native_ms + self.drafter.native_ms - native_start
+        # Bytes of a character cut off by n_predict or a stop are dropped, not shown as U+FFFD, so the
+        # text stays exactly the concatenation of the token events.
+        stats = self._stats(tally, governor, k_max, len(prompt), n_prefilled, prefill_ms, decode_ms, len(emitted),
+                            finish, max(0.0, decode_ms - native_ms))
+        yield FinishEvent("".join(text_parts), tuple(prompt), tuple(emitted), stats,
+                          tuple(margins[: len(emitted)]))
+
+    def _verify(self, draft: Draft, sampling: SamplingParams, rng: np.random.Generator, track_margins: bool,
+                margins: list[float]) -> tuple[list[tuple[int, TokenFate, float | None, float | None]], int]:
+        out: list[tuple[int, TokenFate, float | None, float | None]] = []
+        n = len(draft.tokens)
+        for i in range(n + 1):
+            logits = self.target.logits(i)
+            if track_margins:
+                margins.append(top_two_margin(logits))
+            if sampling.greedy:
+                choice = int(np.argmax(logits))
+                if i < n and choice == draft.tokens[i]:
+                    out.append((choice, TokenFate.ACCEPTED, None, None))
+                    continue
+                fate = TokenFate.CORRECTED if i < n else (TokenFate.BONUS if n else TokenFate.TARGET)
+                out.append((choice, fate, None, None))
+                return out, i
+            p = distribution(logits, sampling)
+            if i < n:
+                assert draft.q is not None
+                q = draft.q[i]
+                token = draft.tokens[i]
+                ok, choice = speculative_accept(p, q, token, rng)
+                if ok:
+                    out.append((choice, TokenFate.ACCEPTED, p.prob(choice), q.prob(choice)))
+                    continue
+                out.append((choice, TokenFate.CORRECTED, p.prob(choice), q.prob(choice)))
+                return out, i
+            choice = p.sample(rng)
+            out.append((choice, TokenFate.BONUS if n else TokenFate.TARGET, p.prob(choice), None))
+        return out, n
+
+    def _stats(self, tally: _Tally, governor: Governor, k_max: int, n_prompt: int, n_prefilled: int,
+               prefill_ms: float, decode_ms: float, n_tokens: int, finish: str, python_ms: float) -> GenerationStats:
+        acc = tally.acceptance
+        return GenerationStats(
+            mode=self.drafter.mode,
+            n_prompt_tokens=n_prompt,
+            n_tokens=n_tokens,
+            tokens_per_second=n_tokens / (decode_ms / 1000.0) if decode_ms > 0 else 0.0,
+            prompt_tokens_per_second=n_prefilled / (prefill_ms / 1000.0) if prefill_ms > 0 and n_prefilled else 0.0,
+            prefill_ms=prefill_ms,
+            decode_ms=decode_ms,
+            draft_ms=tally.draft_ms,
+            verify_ms=tally.verify_ms,
+            other_ms=max(0.0, decode_ms - tally.draft_ms - tally.verify_ms),
+            steps=tally.steps,
+            drafted=acc.drafted,
+            accepted=acc.accepted,
+            acceptance_rate=acc.acceptance_rate,
+            mean_accepted_length=acc.mean_accepted_length,
+            tokens_per_step=n_tokens / tally.steps if tally.steps else 0.0,
+            per_position_acceptance=acc.per_position(),
+            accepted_length_histogram=tuple(acc.histogram) if acc.drafted else (),
+            governor=tuple(governor.events),
+            finish_reason=finish,
+            final_k=governor.current_k(),
+            speculation_active=governor.enabled,
+            python_ms=python_ms,
+        )

@@ -1,0 +1,352 @@
+"""The generation worker: one QThread owns the SpecSession (both llama contexts) for its whole life.
+
+llama contexts are not thread-safe, so the session is created, used and closed on that one thread.
+The runner's slot loops over the engine's generator and so blocks its thread's event loop: Stop is
+a `threading.Event` the engine checks between steps, never a queued call.
+
+Events travel through an outbox (a locked deque). The runner wakes the GUI once per batch, and the
+GUI drains at most every `FLUSH_MS`, so however fast tokens come, the GUI thread handles one batch
+per frame instead of one signal per token.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+
+from app.engine.events import FinishEvent
+from app.engine.pair_config import PairConfig
+from app.engine.session import GenParams
+
+log = logging.getLogger(__name__)
+FLUSH_MS = 30
+
+
+@dataclass(frozen=True)
+class Job:
+    """Runs made one after the other on the same session (two for a side-by-side comparison)."""
+
+    messages: tuple[dict[str, str], ...]
+    runs: tuple[tuple[str, GenParams], ...]
+
+
+@dataclass(frozen=True)
+class LoadInfo:
+    config: PairConfig
+    load_s: float
+    modes: tuple[str, ...]
+    measured: dict[str, list[Any]] = field(default_factory=dict)  # role -> llama.cpp buffer reports
+    process_gpu: dict[str, int] = field(default_factory=dict)  # GPU device -> this process's bytes (NVML)
+
+
+class _Outbox:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: deque[tuple[str, str, Any]] = deque()
+        self._armed = False
+
+    def put(self, kind: str, run: str, payload: Any) -> bool:
+        """Queue an item; True when the GUI must be woken (the first item since the last drain)."""
+        with self._lock:
+            self._items.append((kind, run, payload))
+            wake = not self._armed
+            self._armed = True
+            return wake
+
+    def take(self) -> list[tuple[str, str, Any]]:
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+            self._armed = False
+            return items
+
+
+class _Runner(QObject):
+    """Lives in the worker thread; everything here runs there."""
+
+    wake = Signal()
+
+    def __init__(self, outbox: _Outbox) -> None:
+        super().__init__()
+        self._out = outbox
+        self._session: Any = None
+
+    def _put(self, kind: str, run: str = "", payload: Any = None) -> None:
+        if self._out.put(kind, run, payload):
+            self.wake.emit()
+
+    @Slot(object)
+    def load(self, config: PairConfig) -> None:
+        self._close_session()
+        t0 = time.perf_counter()
+        last = ["", -1.0]
+
+        def progress(label: str, fraction: float) -> None:
+            if label != last[0] or fraction - last[1] >= 0.02 or fraction >= 1.0:
+                if label == "draft" and last[0] != "draft":
+                    split[0] = len(lines)
+                last[0], last[1] = label, fraction
+                self._put("progress", label, fraction)
+
+        lines: list[str] = []
+        split = [None]
+        try:
+            from app.engine.session import SpecSession
+
+            self._put("memory", "", _predict(config))
+            with _capture_logs() as lines:
+                self._session = SpecSession(config, progress=progress)
+            measured = _measured(lines, split[0])
+            modes = self._session.available_modes
+            info = LoadInfo(config, time.perf_counter() - t0, modes, measured, _process_gpu())
+            self._put("loaded", "", info)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the window
+            log.info("load failed", exc_info=True)
+            self._session = None
+            from app.engine.session import IncompatiblePairError
+            from app.memory import WontFitError
+
+            kind = ("incompatible" if isinstance(exc, IncompatiblePairError)
+                    else "wontfit" if isinstance(exc, WontFitError) else "error")
+            self._put("loadfail", kind, _describe(exc))
+
+    @Slot(object, object)
+    def run(self, job: Job, cancel: threading.Event) -> None:
+        ok = True
+        if self._session is None:
+            self._put("error", "run", "No models are loaded yet.")
+            self._put("done", "", False)
+            return
+        for name, params in job.runs:
+            if cancel.is_set():
+                break
+            self._put("start", name, params)
+            try:
+                cancelled = False
+                for event in self._session.generate_chat(list(job.messages), params, cancel):
+                    if isinstance(event, FinishEvent):
+                        self._put("finish", name, event)
+                        cancelled = event.stats.finish_reason == "cancelled"
+                    else:
+                        self._put("event", name, event)
+                if cancelled:
+                    break
+            except Exception as exc:  # noqa: BLE001 - context full, out of memory, a llama.cpp error
+                log.info("generation failed", exc_info=True)
+                self._put("error", name, _describe(exc))
+                ok = False
+                break
+        self._put("done", "", ok)
+
+    @Slot()
+    def close(self) -> None:
+        self._close_session()
+        thread = self.thread()
+        if thread is not None:
+            thread.quit()  # from inside: every request queued before this one has run
+
+    def _close_session(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            session.close()
+
+
+class GenerationWorker(QObject):
+    """GUI-thread facade: request loads and runs, receive batched results as signals."""
+
+    loadProgress = Signal(str, float)  # "target" | "draft", 0..1
+    loaded = Signal(object)  # LoadInfo
+    loadFailed = Signal(str, str)  # "incompatible" | "wontfit" | "error", the message (also sent through `error`)
+    memoryPredicted = Signal(object)  # app.memory.PairPrediction or None
+    runStarted = Signal(str, object)  # run name, GenParams
+    events = Signal(str, object)  # run name, list of TokenEvent/StepEvent/GovernorEvent in order
+    finished = Signal(str, object)  # run name, FinishEvent
+    error = Signal(str)  # a sentence for the user (load and generation errors alike)
+    jobDone = Signal(bool)  # every run of the job has ended; False after an error
+
+    _loadRequested = Signal(object)
+    _runRequested = Signal(object, object)
+    _closeRequested = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._outbox = _Outbox()
+        self._thread = QThread()
+        self._thread.setObjectName("specchat-engine")
+        self._runner = _Runner(self._outbox)
+        self._runner.moveToThread(self._thread)
+        self._runner.wake.connect(self._on_runner_wake)
+        self._loadRequested.connect(self._runner.load)
+        self._runRequested.connect(self._runner.run)
+        self._closeRequested.connect(self._runner.close)
+        self._thread.finished.connect(self._runner.deleteLater)
+        self._flush_timer = QTimer(self)
+        self._flush_timer.setSingleShot(True)
+        self._flush_timer.timeout.connect(self._on_flush_timer_timeout)
+        self._last_drain = 0.0
+        self._cancel = threading.Event()
+        self._busy = False
+        self._loading = False
+        self._closed = False
+        self._thread.start()
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def load(self, config: PairConfig) -> None:
+        self._loading = True
+        self._loadRequested.emit(config)
+
+    def start(self, messages: Sequence[dict[str, str]], runs: Sequence[tuple[str, GenParams]]) -> None:
+        self._cancel = threading.Event()
+        self._busy = True
+        self._runRequested.emit(Job(tuple(messages), tuple(runs)), self._cancel)
+
+    def stop(self) -> None:
+        self._cancel.set()
+
+    def is_generating(self) -> bool:
+        return self._busy
+
+    def is_loading(self) -> bool:
+        return self._loading
+
+    def shutdown(self, timeout_ms: int = 120_000) -> bool:
+        """Cancel, let the engine end its step, close the session on its thread, join the thread."""
+        if self._closed:
+            return True
+        self._closed = True
+        self._cancel.set()
+        self._closeRequested.emit()
+        done = self._thread.wait(timeout_ms)
+        if not done:
+            log.error("the engine thread did not stop within %d ms", timeout_ms)
+        self._flush_timer.stop()
+        self._drain()  # deliver the cancelled reply's last tokens and its FinishEvent, so they get saved
+        return bool(done)
+
+    # --- delivery -------------------------------------------------------------------------------
+
+    @Slot()
+    def _on_runner_wake(self) -> None:
+        wait_ms = FLUSH_MS - (time.monotonic() - self._last_drain) * 1000.0
+        if wait_ms > 0:
+            if not self._flush_timer.isActive():
+                self._flush_timer.start(int(wait_ms) + 1)
+            return
+        self._drain()
+
+    @Slot()
+    def _on_flush_timer_timeout(self) -> None:
+        self._drain()
+
+    def _drain(self) -> None:
+        self._last_drain = time.monotonic()
+        batch: list[Any] = []
+        batch_run = ""
+        for kind, run, payload in self._outbox.take():
+            if kind == "event" and (run == batch_run or not batch):
+                batch.append(payload)
+                batch_run = run
+                continue
+            if batch:
+                self.events.emit(batch_run, batch)
+                batch = []
+            if kind == "event":
+                batch, batch_run = [payload], run
+            else:
+                self._deliver(kind, run, payload)
+        if batch:
+            self.events.emit(batch_run, batch)
+
+    def _deliver(self, kind: str, run: str, payload: Any) -> None:
+        if kind == "progress":
+            self.loadProgress.emit(run, float(payload))
+        elif kind == "memory":
+            self.memoryPredicted.emit(payload)
+        elif kind == "loaded":
+            self._loading = False
+            self.loaded.emit(payload)
+        elif kind == "start":
+            self.runStarted.emit(run, payload)
+        elif kind == "finish":
+            self.finished.emit(run, payload)
+        elif kind == "loadfail":
+            self._loading = False
+            self.error.emit(payload)
+            self.loadFailed.emit(run, payload)  # after: listeners may refine the message (an action)
+        elif kind == "error":
+            self.error.emit(payload)
+        elif kind == "done":
+            self._busy = False
+            self.jobDone.emit(bool(payload))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError):
+        return "Out of memory: the models or the context do not fit. Try a smaller context or fewer GPU layers."
+    from app.llama_backend import LlamaError
+    from app.memory import PredictionError, WontFitError
+
+    if isinstance(exc, (LlamaError, OSError, ValueError, WontFitError, PredictionError)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _NoCapture:
+    def __enter__(self) -> list[str]:
+        return []
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+
+def _capture_logs() -> Any:
+    """llama.cpp's buffer report, for the memory meter's measured figures (best effort)."""
+    try:
+        from app.llama_backend.devices import capture_llama_logs
+
+        return capture_llama_logs()
+    except Exception:  # noqa: BLE001 - measurement is optional
+        return _NoCapture()
+
+
+def _measured(lines: list[str], split: int | None) -> dict[str, list[Any]]:
+    try:
+        from app.llama_backend.devices import parse_buffer_report
+    except Exception:  # noqa: BLE001
+        return {}
+    cut = len(lines) if split is None else split
+    out = {"target": parse_buffer_report(lines[:cut], "target")}
+    if split is not None:
+        out["draft"] = parse_buffer_report(lines[cut:], "draft")
+    return out
+
+
+def _process_gpu() -> dict[str, int]:
+    """This process's use of each NVIDIA GPU by NVML, with both models loaded ({} elsewhere)."""
+    try:
+        from app.llama_backend.devices import list_devices
+        from app.memory.nvml_usage import process_use_by_device
+
+        return process_use_by_device(list_devices())
+    except Exception:  # noqa: BLE001 - measurement is optional
+        log.info("NVML reading failed", exc_info=True)
+        return {}
+
+
+def _predict(config: PairConfig) -> Any:
+    """The pair's predicted memory before loading (None when the metadata cannot be read)."""
+    try:
+        from app.engine.memory_plan import predict_for_config
+
+        return predict_for_config(config)
+    except Exception:  # noqa: BLE001 - the meter is informative; loading reports real errors
+        log.info("memory prediction failed", exc_info=True)
+        return None

@@ -1,0 +1,1 @@
+"""The chat: transcript, markdown rendering, prompt box, chat controller, comparison view and conversation list."""

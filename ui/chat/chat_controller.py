@@ -1,0 +1,196 @@
+"""Glue between the worker's signals, the conversation store and the views (no widgets of its own).
+
+One reply at a time: the prompt and an empty assistant message are saved first, then every batch
+of events goes to the recorder (journal, then the message), then to the views. A comparison runs
+"plain" then "spec"; only the speculative reply becomes the chat's answer, with the plain run and
+the verdict stored beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from app.chat.conversations import ChatStore, Conversation, Message, ReplyRecorder, stats_from_json, title_from
+from app.engine.events import Event, FinishEvent, GovernorEvent
+from app.engine.session import GenParams
+from ui.base.message_bar import MessageBar
+from ui.base.worker import GenerationWorker
+from ui.chat.compare_view import CompareView
+from ui.chat.transcript_view import TranscriptView
+from ui.stats.stats_panel import StatsPanel
+
+CHAT_RUNS = ("chat", "spec")  # run names whose reply is the conversation's answer
+
+
+class ChatController(QObject):
+    busyChanged = Signal(bool)
+    replyFinished = Signal(bool)  # a reply or comparison has ended and is rendered; False after an error
+    conversationsChanged = Signal()
+    governorDisabled = Signal(object)  # GovernorEvent
+
+    def __init__(
+        self,
+        store: ChatStore,
+        worker: GenerationWorker,
+        transcript: TranscriptView,
+        compare: CompareView,
+        stats: StatsPanel,
+        errors: MessageBar,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.store, self.worker = store, worker
+        self.transcript, self.compare, self.stats, self.errors = transcript, compare, stats, errors
+        self.conv: Conversation | None = None
+        self.recorder: ReplyRecorder | None = None
+        self.last_finish: dict[str, FinishEvent] = {}
+        self.forwarded: dict[str, list[Event]] = {}  # every event of the last job, per run (tests, replays)
+        self._comparing = False
+        self._error = ""
+        self._result = True
+        self._waiting: list[TranscriptView] = []
+        worker.runStarted.connect(self._on_worker_runStarted)
+        worker.events.connect(self._on_worker_events)
+        worker.finished.connect(self._on_worker_finished)
+        worker.error.connect(self._on_worker_error)
+        worker.jobDone.connect(self._on_worker_jobDone)
+
+    # --- conversations -------------------------------------------------------------------------------
+
+    def select(self, conv_id: str) -> None:
+        conv = self.store.conversations.get(conv_id)
+        if conv is None or self.busy():
+            return
+        self.conv = conv
+        self.transcript.set_messages(conv.messages)
+        last = next((m for m in reversed(conv.messages) if m.role == "assistant"), None)
+        self.stats.show_saved(stats_from_json(last.stats) if last else None)
+        if last is not None and last.compare:
+            self.compare.show_saved(last)
+        else:
+            self.compare.begin(last.mode or "draft" if last else "draft", True)
+
+    def new_chat(self) -> None:
+        if self.busy():
+            return
+        self.conv = None  # created (and saved) with its first message
+        self.transcript.set_messages([])
+        self.compare.begin("draft", True)
+        self.stats.reset()
+
+    def rename(self, conv_id: str, title: str) -> None:
+        conv = self.store.conversations.get(conv_id)
+        if conv is not None:
+            self.store.rename(conv, title)
+            self.conversationsChanged.emit()
+
+    def delete(self, conv_id: str) -> None:
+        conv = self.store.conversations.get(conv_id)
+        if conv is None or (self.busy() and conv is self.conv):
+            return
+        self.store.delete(conv)
+        if conv is self.conv:
+            self.new_chat()
+        self.conversationsChanged.emit()
+
+    # --- generation ----------------------------------------------------------------------------------
+
+    def busy(self) -> bool:
+        return self.recorder is not None or self.worker.is_generating()
+
+    def submit(self, text: str, runs: Sequence[tuple[str, GenParams]],
+               models: dict[str, str | None] | None = None) -> bool:
+        if self.busy():
+            return False
+        if self.conv is None:
+            self.conv = self.store.new()
+        conv = self.conv
+        if not any(m.role == "user" for m in conv.messages):
+            conv.title = title_from(text)
+        user = Message("user", text)
+        reply = Message("assistant", "", mode=runs[-1][1].mode, models=models)
+        conv.messages += [user, reply]
+        history = conv.chat_messages()  # includes the new prompt; the empty reply is left out
+        self.recorder = ReplyRecorder(self.store, conv, reply)  # saves the prompt before anything runs
+        self.transcript.append_message(user)
+        self.transcript.begin_reply(reply)
+        self._comparing = any(name == "plain" for name, _ in runs)
+        if self._comparing:
+            self.compare.begin(runs[-1][1].mode, runs[-1][1].sampling.greedy)
+        self.last_finish.clear()
+        self.forwarded = {name: [] for name, _ in runs}
+        self._error = ""
+        self.stats.reset()
+        self.errors.hide()
+        self.worker.start(history, runs)
+        self.conversationsChanged.emit()
+        self.busyChanged.emit(True)
+        return True
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    @Slot(str, object)
+    def _on_worker_runStarted(self, name: str, _params: GenParams) -> None:
+        self.stats.reset()
+        if self._comparing:
+            self.compare.start_run(name)
+
+    @Slot(str, object)
+    def _on_worker_events(self, name: str, events: list[Event]) -> None:
+        self.forwarded.setdefault(name, []).extend(events)
+        if name in CHAT_RUNS and self.recorder is not None:
+            tokens, ghosts = self.recorder.add(events)  # journaled before it is shown
+            self.transcript.append_records(tokens, ghosts)
+        if self._comparing:
+            self.compare.append(name, events)
+        self.stats.apply(events)
+        for event in events:
+            if isinstance(event, GovernorEvent) and event.action == "disable":
+                self.governorDisabled.emit(event)
+
+    @Slot(str, object)
+    def _on_worker_finished(self, name: str, finish: FinishEvent) -> None:
+        self.last_finish[name] = finish
+        self.stats.finish(finish.stats)
+        if self._comparing:
+            self.compare.finish_run(name, finish)
+        if name in CHAT_RUNS and self.recorder is not None:
+            self.recorder.finish(finish, self.compare.result() if self._comparing else None)
+            self.recorder = None
+            self.transcript.finish_reply()
+
+    @Slot(str)
+    def _on_worker_error(self, text: str) -> None:
+        self._error = text
+        self.errors.show_message(text, "error")
+        if self._comparing:
+            self.compare.error(text)
+
+    @Slot(bool)
+    def _on_worker_jobDone(self, ok: bool) -> None:
+        if self.recorder is not None:  # an error, or a comparison stopped before its speculative run
+            self.recorder.fail(self._error or "stopped before the reply started")
+            self.recorder = None
+            self.transcript.finish_reply()
+        self._comparing = False
+        self.conversationsChanged.emit()
+        self.busyChanged.emit(False)
+        self._result = ok and not self._error
+        self._waiting = [v for v in (self.transcript, *self.compare.views.values()) if v.render_pending()]
+        for view in self._waiting:
+            view.rendered.connect(self._on_view_rendered)
+        if not self._waiting:
+            self.replyFinished.emit(self._result)
+
+    @Slot()
+    def _on_view_rendered(self) -> None:
+        """The reply is announced once its Markdown is on screen (scripts take pictures then)."""
+        view = self.sender()
+        if view in self._waiting:
+            self._waiting.remove(view)
+            view.rendered.disconnect(self._on_view_rendered)
+            if not self._waiting:
+                self.replyFinished.emit(self._result)

@@ -1,0 +1,361 @@
+"""The conversation as one coloured token document.
+
+While a reply streams, its tokens are appended as raw text, each tinted by its fate, with rejected
+drafts struck through before the target's correction. When it finishes, the reply is re-rendered
+as Markdown (ui.chat.markdown_render) with the same tints. Hovering shows a token's step, source and,
+for sampled runs, p and q.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QHelpEvent,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextDocumentFragment,
+)
+from PySide6.QtWidgets import QTextBrowser, QToolTip, QWidget
+
+from app.chat.conversations import Message
+from ui.base.token_style import PROP_FATE, ghost_format, ghost_text, token_format, tooltip
+from ui.chat.markdown_render import DIM, ReplyRenderer
+
+RENDER_SLICE_S = 0.010  # Markdown rendering per event-loop turn: the GUI never stalls on a long reply
+ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
+
+
+def message_meta(message: Message) -> str:
+    """The grey line beside an assistant's name: mode, models, comparison."""
+    if message.role != "assistant":
+        return ""
+    parts = [f"mode {message.mode}"] if message.mode else []
+    models = message.models or {}
+    if models.get("target"):
+        parts.append(str(models["target"]) + (f" + {models['draft']}" if models.get("draft") else ""))
+    if message.compare and message.compare.get("speedup"):
+        parts.append(f"×{message.compare['speedup']:.2f} vs plain")
+    return " · ".join(parts)
+
+
+def footer_text(message: Message) -> str:
+    s = message.stats or {}
+    parts = []
+    if s:
+        parts.append(f"{s.get('n_tokens', 0)} tokens · {s.get('tokens_per_second', 0.0):.1f} tok/s")
+        if s.get("drafted"):
+            parts.append(f"{s.get('acceptance_rate', 0.0):.0%} of drafts accepted")
+        reason = s.get("finish_reason")
+        if reason and reason != "stop":
+            parts.append({"length": "stopped at the token limit", "cancelled": "stopped by you",
+                          "context": "context full"}.get(reason, reason))
+    if message.status == "interrupted":
+        parts.append("interrupted: the app closed before this reply finished")
+    if message.error:
+        parts.append(f"error: {message.error}")
+    return " · ".join(parts)
+
+
+@dataclass
+class _RenderJob:
+    index: int
+    doc: QTextDocument
+    renderer: ReplyRenderer
+    steps: Iterator[None]
+
+
+class TranscriptView(QTextBrowser):
+    """Read-only transcript; one instance per pane (chat, and each side of a comparison)."""
+
+    rendered = Signal()  # a finished reply's Markdown rendering is in the document
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setOpenExternalLinks(True)
+        self.setUndoRedoEnabled(False)
+        self.setPlaceholderText("Ask something below: each token of the reply is tinted by its fate.")
+        self.document().setIndentWidth(18)
+        self.document().setDocumentMargin(12)
+        self._colours = True
+        self._ghosts = True
+        self._messages: list[Message] = []
+        self._reply_msg = -1
+        self._reply_start = 0
+        self._reply_count = 0
+        self._pending_ghosts: dict[int, list[str]] = {}
+        self._positions: dict[int, dict[int, int]] = {}  # message -> token -> document position
+        self._job: _RenderJob | None = None
+        self._render_timer = QTimer(self)
+        self._render_timer.setInterval(0)
+        self._render_timer.timeout.connect(self._on_render_timer_timeout)
+
+    # --- options ---------------------------------------------------------------------------------
+
+    def set_overlay(self, colours: bool, ghosts: bool) -> None:
+        if (colours, ghosts) != (self._colours, self._ghosts):
+            self._colours, self._ghosts = colours, ghosts
+            self.rerender()
+
+    def is_dark(self) -> bool:
+        return self.palette().base().color().lightness() < 128
+
+    # --- whole conversations -----------------------------------------------------------------------
+
+    def set_messages(self, messages: Sequence[Message]) -> None:
+        self._messages = list(messages)
+        self._reply_msg = -1
+        self.rerender()
+
+    def rerender(self) -> None:
+        cancelled = self._job is not None
+        self._job = None
+        self._render_timer.stop()
+        at_bottom = self._at_bottom()
+        self.clear()
+        self._positions.clear()
+        cursor = self.textCursor()
+        cursor.beginEditBlock()  # one layout pass for the whole conversation
+        live = self._reply_msg
+        for i, message in enumerate(self._messages):
+            if i == live:
+                self._begin_reply_at(cursor, i)
+                self._append(cursor, message.tokens or [], message.ghosts or [], 0)
+            else:
+                self._render_message(cursor, i, message)
+        cursor.endEditBlock()
+        if at_bottom:
+            self._scroll_to_end()
+        if cancelled:
+            self.rendered.emit()  # whoever waited for the swap: everything is rendered now
+
+    def _render_message(self, cursor: QTextCursor, index: int, message: Message) -> None:
+        self._header(cursor, index, message)
+        if message.role == "assistant" and message.tokens:
+            renderer = ReplyRenderer(cursor, message.tokens, message.ghosts or [], index,
+                                     colours=self._colours, show_ghosts=self._ghosts, dark=self.is_dark(),
+                                     base_point_size=self.font().pointSizeF())
+            renderer.render()
+            self._positions[index] = renderer.positions
+        else:
+            cursor.insertText(message.content, QTextCharFormat())
+        if message.role == "assistant":
+            text = footer_text(message)
+            if text:
+                self._footer(cursor, text)
+
+    def _header(self, cursor: QTextCursor, index: int, message: Message) -> None:
+        bf = QTextBlockFormat()
+        bf.setTopMargin(14 if index else 0)
+        fmt = QTextCharFormat()
+        fmt.setFontWeight(QFont.Weight.Bold)
+        title = ROLE_TITLES.get(message.role, message.role)
+        meta = message_meta(message)
+        if cursor.position() > 0:
+            cursor.insertBlock(bf, fmt)
+        else:
+            cursor.setBlockFormat(bf)
+        cursor.insertText(title, fmt)
+        if meta:
+            dim = QTextCharFormat()
+            dim.setForeground(QColor(DIM[self.is_dark()]))
+            cursor.insertText(f"  {meta}", dim)
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+
+    def _footer(self, cursor: QTextCursor, text: str) -> None:
+        bf = QTextBlockFormat()
+        bf.setTopMargin(4)
+        fmt = QTextCharFormat()
+        fmt.setForeground(QColor(DIM[self.is_dark()]))
+        fmt.setFontPointSize(max(self.font().pointSizeF() - 1.5, 6.0))
+        cursor.insertBlock(bf, fmt)
+        cursor.insertText(text, fmt)
+
+    # --- the streaming reply -------------------------------------------------------------------------
+
+    def append_message(self, message: Message) -> int:
+        """Add a finished message (a user prompt) at the end; returns its index."""
+        self.complete_render()
+        index = self._push(message)
+        self._render_message(self._end_cursor(), index, message)
+        self._scroll_to_end()
+        return index
+
+    def _push(self, message: Message) -> int:
+        self._messages.append(message)
+        return len(self._messages) - 1
+
+    def begin_reply(self, message: Message) -> None:
+        """Start showing `message` as it streams (its records arrive through append_records)."""
+        self.complete_render()
+        index = self._push(message)
+        self._reply_msg = index
+        cursor = self._end_cursor()
+        self._begin_reply_at(cursor, index)
+        self._scroll_to_end()
+
+    def _begin_reply_at(self, cursor: QTextCursor, index: int) -> None:
+        self._header(cursor, index, self._messages[index])
+        self._reply_start = cursor.position()
+        self._reply_count = 0
+        self._pending_ghosts = {}
+        self._positions[index] = {}
+
+    def append_records(self, tokens: list[list], ghosts: list[list]) -> None:
+        """New token and ghost records of the streaming reply (as the recorder made them)."""
+        if self._reply_msg < 0:
+            return
+        at_bottom = self._at_bottom()
+        cursor = self._end_cursor()
+        cursor.beginEditBlock()  # one layout pass per batch
+        self._append(cursor, tokens, ghosts, self._reply_count)
+        cursor.endEditBlock()
+        if at_bottom:
+            self._scroll_to_end()
+
+    def _append(self, cursor: QTextCursor, tokens: list[list], ghosts: list[list], start: int) -> None:
+        for position, text in ghosts:
+            self._pending_ghosts.setdefault(position, []).append(text)
+        positions = self._positions.setdefault(self._reply_msg, {})
+        for offset, record in enumerate(tokens):
+            index = start + offset
+            for text in self._pending_ghosts.pop(index, []) if self._ghosts else ():
+                cursor.insertText(ghost_text(text), ghost_format(record[2]))
+            positions[index] = cursor.position()
+            cursor.insertText(record[0], token_format(record, index, self._reply_msg, self._colours))
+        self._reply_count = start + len(tokens)
+
+    def finish_reply(self) -> None:
+        """Replace the raw streamed text by the Markdown rendering (same tints), plus the footer.
+
+        The rendering is built in a detached document a slice at a time (a reply of thousands of
+        tokens takes a few hundred ms), then swapped in at once; `rendered` says when it is there.
+        """
+        index = self._reply_msg
+        if index < 0:
+            return
+        self._reply_msg = -1
+        message = self._messages[index]
+        doc = QTextDocument()
+        doc.setDefaultFont(self.font())
+        doc.setIndentWidth(self.document().indentWidth())
+        renderer = ReplyRenderer(QTextCursor(doc), message.tokens or [], message.ghosts or [], index,
+                                 colours=self._colours, show_ghosts=self._ghosts, dark=self.is_dark(),
+                                 base_point_size=self.font().pointSizeF())
+        self._job = _RenderJob(index, doc, renderer, renderer.steps())
+        self._on_render_timer_timeout()  # a short reply is done in this first slice
+        if self._job is not None:
+            self._render_timer.start()
+
+    def render_pending(self) -> bool:
+        return self._job is not None
+
+    def complete_render(self) -> None:
+        """Finish a pending Markdown rendering now (before the document changes under it)."""
+        job = self._job
+        if job is not None:
+            for _ in job.steps:
+                pass
+            self._apply(job)
+
+    @Slot()
+    def _on_render_timer_timeout(self) -> None:
+        job = self._job
+        if job is None:
+            self._render_timer.stop()
+            return
+        deadline = time.perf_counter() + RENDER_SLICE_S
+        for _ in job.steps:
+            if time.perf_counter() >= deadline:
+                return  # more next tick; the raw streamed text stays on screen meanwhile
+        self._apply(job)
+
+    def _apply(self, job: _RenderJob) -> None:
+        self._job = None
+        self._render_timer.stop()
+        at_bottom = self._at_bottom()
+        cursor = QTextCursor(self.document())
+        cursor.beginEditBlock()
+        cursor.setPosition(self._reply_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        if not job.doc.isEmpty():
+            first = job.doc.begin().blockFormat()  # insertFragment keeps the target block's format
+            cursor.insertFragment(QTextDocumentFragment(job.doc))
+            head = QTextCursor(self.document())
+            head.setPosition(self._reply_start)
+            head.setBlockFormat(first)
+        self._positions[job.index] = {t: p + self._reply_start for t, p in job.renderer.positions.items()}
+        text = footer_text(self._messages[job.index])
+        if text:
+            self._footer(cursor, text)
+        cursor.endEditBlock()
+        if at_bottom:
+            self._scroll_to_end()
+        self.rendered.emit()
+
+    # --- inspection (tooltips, tests) ---------------------------------------------------------------
+
+    def token_position(self, msg: int, token: int) -> int | None:
+        return self._positions.get(msg, {}).get(token)
+
+    def fates_in_document(self, msg: int | None = None) -> dict[str, int]:
+        """Characters per fate code in the document (of message `msg`, or all)."""
+        from ui.base.token_style import PROP_MSG
+
+        counts: dict[str, int] = {}
+        block = self.document().begin()
+        while block.isValid():
+            it = block.begin()
+            while not it.atEnd():
+                frag = it.fragment()
+                fmt = frag.charFormat()
+                code = fmt.property(PROP_FATE)
+                if code is not None and (msg is None or fmt.intProperty(PROP_MSG) == msg):
+                    counts[str(code)] = counts.get(str(code), 0) + frag.length()
+                it += 1
+            block = block.next()
+        return counts
+
+    def format_at(self, pos: QPointF) -> QTextCharFormat | None:
+        doc_pos = QPointF(pos.x() + self.horizontalScrollBar().value(), pos.y() + self.verticalScrollBar().value())
+        hit = self.document().documentLayout().hitTest(doc_pos, Qt.HitTestAccuracy.ExactHit)
+        if hit < 0:
+            return None
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(hit)
+        cursor.movePosition(QTextCursor.MoveOperation.NextCharacter, QTextCursor.MoveMode.KeepAnchor)
+        return cursor.charFormat()
+
+    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            fmt = self.format_at(QPointF(event.pos()))
+            text = tooltip(fmt) if fmt is not None else ""
+            if text:
+                QToolTip.showText(event.globalPos(), text, self.viewport())
+            else:
+                QToolTip.hideText()
+            return True
+        return super().viewportEvent(event)
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _end_cursor(self) -> QTextCursor:
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        return cursor
+
+    def _at_bottom(self) -> bool:
+        bar = self.verticalScrollBar()
+        return bar.value() >= bar.maximum() - 4
+
+    def _scroll_to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())

@@ -1,0 +1,405 @@
+"""The main window: conversations | transcript (or comparison) and prompt | live statistics.
+
+The window is built without touching a model; loading runs on the worker thread afterwards, with
+its progress in the status bar, so the window appears at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QEvent, Signal, Slot
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import (
+    QApplication,
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import settings as settings_mod
+from app.chat.conversations import ChatStore
+from app.engine.events import GovernorEvent
+from app.engine.session import GenParams
+from app.settings import Settings
+from ui.base.message_bar import MessageBar
+from ui.base.worker import GenerationWorker, LoadInfo
+from ui.chat.chat_controller import ChatController
+from ui.chat.compare_view import CompareView
+from ui.chat.conversation_list import ConversationList
+from ui.chat.prompt_box import PromptBox
+from ui.chat.transcript_view import TranscriptView
+from ui.picker.models_controller import ModelsController
+from ui.shell.main_toolbar import MainToolBar
+from ui.shell.settings_dialog import RUNTIME_FIELDS, SettingsDialog
+from ui.shell.spec_banner import SpecBanner, SpecState
+from ui.stats.side_panel import SidePanel
+
+
+class MainWindow(QMainWindow):
+    modelsLoaded = Signal(object)  # LoadInfo
+    generationFinished = Signal(bool)  # a reply has ended and is rendered
+    pickerOpened = Signal(object)  # the model picker dialog
+    settingsOpened = Signal(object)  # the settings dialog
+
+    def __init__(self, settings: Settings | None = None, store: ChatStore | None = None,
+                 save_settings: bool = True) -> None:
+        super().__init__()
+        self.settings = settings or Settings()
+        self._save_settings = save_settings
+        self.setWindowTitle("SpecChat")
+        self.resize(1280, 800)
+        self.store = store or ChatStore()
+        self.store.load_all()
+        self.worker = GenerationWorker(self)
+        self._pending_prompt: str | None = None
+        self._auto_mode = False
+        self.force_load = False  # --force: load even when the pair is predicted not to fit
+        self.banner_governor: GovernorEvent | None = None
+        self._build()
+        self._build_actions()
+        self.controller = ChatController(self.store, self.worker, self.transcript, self.compare_view,
+                                         self.stats, self.errors, self)
+        self.models = ModelsController(self.worker, self.model_label, self.progress, self.meter,
+                                       self.side.meter_box, self.errors, self)
+        self._connect()
+        self.conversations.refresh()
+        self._sync_enabled()
+        self._update_banner()
+        if self.store.problems:
+            self.errors.show_message("<br>".join(self.store.problems), "warning")
+
+    # --- layout --------------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        self.conversations = ConversationList(self.store.search)
+        self.transcript = TranscriptView()
+        self.transcript.set_overlay(self.settings.show_colours, self.settings.show_ghosts)
+        self.compare_view = CompareView()
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.transcript)
+        self.stack.addWidget(self.compare_view)
+        self.errors = MessageBar()
+        self.banner = SpecBanner()
+        self.prompt = PromptBox()
+        self.send_button = QPushButton("Send")
+        self.send_button.setToolTip("Send (Enter or Ctrl+Enter)")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop the reply (Esc)")
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch(1)
+        prompt_row = QHBoxLayout()
+        prompt_row.addWidget(self.prompt, 1)
+        prompt_row.addLayout(buttons)
+        center = QWidget()
+        col = QVBoxLayout(center)
+        col.setContentsMargins(4, 4, 4, 4)
+        col.addWidget(self.errors)
+        col.addWidget(self.banner)
+        col.addWidget(self.stack, 1)
+        col.addLayout(prompt_row)
+
+        self.side = SidePanel(self.settings)
+        self.stats, self.legend, self.meter = self.side.stats, self.side.legend, self.side.meter
+
+        splitter = QSplitter()
+        splitter.addWidget(self.conversations)
+        splitter.addWidget(center)
+        splitter.addWidget(self.side)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([210, 760, 310])
+        self.setCentralWidget(splitter)
+
+        self.model_label = QLabel("No models loaded")
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(220)
+        self.progress.setRange(0, 100)
+        self.progress.hide()
+        self.statusBar().addWidget(self.model_label, 1)
+        self.statusBar().addPermanentWidget(self.progress)
+
+    def _build_actions(self) -> None:
+        self.toolbar = MainToolBar(self, self.settings)
+        self.addToolBar(self.toolbar)
+        t = self.toolbar
+        self.new_action, self.models_action, self.compare_action = t.new_action, t.models_action, t.compare_action
+        self.mode_box = t.mode_box
+        t.new_action.triggered.connect(self._on_new_action_triggered)
+        t.models_action.triggered.connect(self._on_models_action_triggered)
+        t.settings_action.triggered.connect(self._on_settings_action_triggered)
+        t.compare_action.toggled.connect(self._on_compare_action_toggled)
+        t.send_action.triggered.connect(self._on_send_action_triggered)
+        t.stop_action.triggered.connect(self._on_stop_action_triggered)
+        t.search_action.triggered.connect(self._on_search_action_triggered)
+        t.quit_action.triggered.connect(self.close)
+
+    def _connect(self) -> None:
+        self.prompt.submitted.connect(self._on_prompt_submitted)
+        self.send_button.clicked.connect(self._on_send_action_triggered)
+        self.stop_button.clicked.connect(self._on_stop_action_triggered)
+        self.conversations.selected.connect(self.controller.select)
+        self.conversations.newRequested.connect(self._on_new_action_triggered)
+        self.conversations.renameRequested.connect(self.controller.rename)
+        self.conversations.deleteRequested.connect(self.controller.delete)
+        self.controller.conversationsChanged.connect(self._on_controller_conversationsChanged)
+        self.controller.busyChanged.connect(self._on_controller_busyChanged)
+        self.controller.replyFinished.connect(self._on_controller_replyFinished)
+        self.controller.governorDisabled.connect(self._on_controller_governorDisabled)
+        self.legend.coloursToggled.connect(self._on_legend_coloursToggled)
+        self.legend.ghostsToggled.connect(self._on_legend_ghostsToggled)
+        self.banner.actionTriggered.connect(self._on_banner_actionTriggered)
+        self.errors.actionTriggered.connect(self._on_errors_actionTriggered)
+        self.mode_box.currentTextChanged.connect(self._on_mode_box_currentTextChanged)
+        self.models.modelsLoaded.connect(self._on_models_modelsLoaded)
+        self.models.loadFailed.connect(self._on_models_loadFailed)
+        self._on_compare_action_toggled(self.settings.compare)
+
+    # --- models --------------------------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> LoadInfo | None:
+        return self.models.loaded
+
+    def load_models(self, target: Path, draft: Path | None, force: bool | None = None) -> None:
+        """Load a pair on the worker thread; the window stays usable and shows progress."""
+        if self.controller.busy():
+            self.errors.show_message("Stop the current reply before loading other models.", "warning")
+            return
+        if self.models.load(target, draft, self.settings, self.force_load if force is None else force):
+            self._update_banner()
+            self._sync_enabled()
+
+    def open_picker(self) -> QDialog | None:
+        dialog = self.models.open_picker(self, self.settings)
+        if dialog is not None:
+            dialog.choiceMade.connect(self._on_picker_choiceMade)
+            self.pickerOpened.emit(dialog)
+        return dialog
+
+    @Slot(object)
+    def _on_picker_choiceMade(self, choice: Any) -> None:
+        self.settings = choice.apply(self.settings)
+        if self._save_settings:
+            saved, _warning = settings_mod.load()
+            settings_mod.save(choice.apply(saved))
+        self.mode_box.setCurrentText(choice.mode)
+        self.load_models(choice.target, choice.draft)
+
+    @Slot(object)
+    def _on_models_modelsLoaded(self, info: LoadInfo) -> None:
+        item = self.mode_box.model().item(0)  # "draft" needs a draft model
+        item.setEnabled(self.models.has_draft)
+        if not self.models.has_draft and self.mode_box.currentText() == "draft":
+            self._auto_mode = True  # a fallback for this pair, not the user's new preference
+            self.mode_box.setCurrentText("lookup")
+            self._auto_mode = False
+        self._update_banner()
+        self._sync_enabled()
+        self.modelsLoaded.emit(info)
+        if self._pending_prompt is not None:
+            text, self._pending_prompt = self._pending_prompt, None
+            self.submit(text)
+
+    @Slot(str, str)
+    def _on_models_loadFailed(self, kind: str, message: str) -> None:
+        if kind == "wontfit":
+            self.errors.show_message(message, "error", ("Load anyway", "force"))
+        self._pending_prompt = None
+        self._update_banner()
+        self._sync_enabled()
+        self.generationFinished.emit(False)  # scripted runs waiting for a reply must not hang
+
+    # --- generation ----------------------------------------------------------------------------------
+
+    def submit(self, text: str) -> bool:
+        if self.controller.busy():
+            return False
+        if self.loaded is None:
+            if self.worker.is_loading():
+                self._pending_prompt = text  # sent as soon as the models are in
+                self.model_label.setText(self.model_label.text() + " (your prompt is queued)")
+                return True
+            self.errors.show_message("No models are loaded: choose a pair (Ctrl+M) first.", "warning")
+            return False
+        self.banner_governor = None
+        ok = self.controller.submit(text, self.runs(), self._models())
+        if ok:
+            self.prompt.clear_after_send()
+            self._update_banner()
+        return ok
+
+    def runs(self) -> list[tuple[str, GenParams]]:
+        mode = self.mode_box.currentText()
+        params = self.settings.gen_params(mode)
+        if not self.compare_action.isChecked():
+            return [("chat", params)]
+        if mode == "none":
+            params = params.with_mode("draft" if self.models.has_draft else "lookup")
+        plain = replace(self.settings.gen_params("none"), track_margins=True)
+        return [("plain", plain), ("spec", params)]
+
+    def _models(self) -> dict[str, str | None]:
+        """Model names stored with the reply (shown beside it; the mode is stored on its own)."""
+        if self.loaded is None:
+            return {}
+        config = self.loaded.config
+        mode = self.runs()[-1][1].mode
+        draft = Path(config.draft).stem if config.draft and mode == "draft" else None
+        return {"target": Path(config.target).stem, "draft": draft}
+
+    @Slot(str)
+    def _on_prompt_submitted(self, text: str) -> None:
+        self.submit(text)
+
+    @Slot()
+    def _on_send_action_triggered(self) -> None:
+        self.prompt.submit()
+
+    @Slot()
+    def _on_stop_action_triggered(self) -> None:
+        self.controller.stop()
+
+    @Slot(bool)
+    def _on_controller_busyChanged(self, _busy: bool) -> None:
+        self._sync_enabled()
+
+    def _sync_enabled(self) -> None:
+        generating = self.controller.busy()
+        self.send_button.setEnabled(not generating and (self.loaded is not None or self.worker.is_loading()))
+        self.stop_button.setEnabled(generating)
+        self.conversations.setEnabled(not generating)
+        self.mode_box.setEnabled(not generating)
+        self.compare_action.setEnabled(not generating)
+        self.models_action.setEnabled(not generating)
+
+    @Slot(bool)
+    def _on_controller_replyFinished(self, ok: bool) -> None:
+        self.generationFinished.emit(ok)
+
+    @Slot(object)
+    def _on_controller_governorDisabled(self, event: GovernorEvent) -> None:
+        self.banner_governor = event
+        self._update_banner()
+
+    def _update_banner(self) -> None:
+        if self.loaded is None and not self.models.incompatible:
+            self.banner.hide()
+            return
+        self.banner.set_state(SpecState(self.mode_box.currentText(), self.models.has_draft, self.models.incompatible,
+                                        self.banner_governor))
+
+    @Slot(str)
+    def _on_banner_actionTriggered(self, key: str) -> None:
+        if key == "picker":
+            self.open_picker()
+        elif key == "speculate":
+            self.mode_box.setCurrentText("draft" if self.models.has_draft else "lookup")
+        elif key == "target_only" and self.models.pair is not None:
+            self.mode_box.setCurrentText("lookup")
+            self.load_models(self.models.pair[0], None)
+
+    # --- toggles and navigation ---------------------------------------------------------------------
+
+    @Slot(bool)
+    def _on_compare_action_toggled(self, on: bool) -> None:
+        self.stack.setCurrentWidget(self.compare_view if on else self.transcript)
+        self._remember(compare=on)
+
+    @Slot(str)
+    def _on_mode_box_currentTextChanged(self, mode: str) -> None:
+        self.banner_governor = None
+        self._update_banner()
+        if not self._auto_mode:
+            self._remember(mode=mode)
+
+    @Slot(bool)
+    def _on_legend_coloursToggled(self, on: bool) -> None:
+        self._overlay(show_colours=on)
+
+    @Slot(bool)
+    def _on_legend_ghostsToggled(self, on: bool) -> None:
+        self._overlay(show_ghosts=on)
+
+    def _overlay(self, **change: bool) -> None:
+        self._remember(**change)
+        for view in (self.transcript, *self.compare_view.views.values()):
+            view.set_overlay(self.settings.show_colours, self.settings.show_ghosts)
+
+    def _remember(self, **change: Any) -> None:
+        """Apply a setting now and keep it; command-line overrides are never written back."""
+        if all(getattr(self.settings, k) == v for k, v in change.items()):
+            return
+        self.settings = replace(self.settings, **change)
+        if not self._save_settings:
+            return
+        saved, _warning = settings_mod.load()
+        settings_mod.save(replace(saved, **change))
+
+    @Slot()
+    def _on_new_action_triggered(self) -> None:
+        self.controller.new_chat()
+        self.conversations.list.setCurrentRow(-1)
+        self.prompt.setFocus()
+
+    @Slot()
+    def _on_models_action_triggered(self) -> None:
+        self.open_picker()
+
+    @Slot()
+    def _on_settings_action_triggered(self) -> None:
+        dialog = SettingsDialog(self.settings, self)
+        dialog.accepted.connect(lambda: self._apply_settings(dialog.changes()))
+        dialog.open()  # window-modal, never blocks the event loop
+        self.settingsOpened.emit(dialog)
+
+    def _apply_settings(self, changes: dict[str, Any]) -> None:
+        self._remember(**changes)
+        if "theme" in changes:
+            from ui.shell.theme import apply_theme
+
+            apply_theme(QApplication.instance(), self.settings.theme)  # type: ignore[arg-type]
+        if any(key in RUNTIME_FIELDS for key in changes) and self.models.pair is not None:
+            self.errors.show_message("Context, threads, GPU layers and flash attention apply when the models load.",
+                                     "info", ("Reload now", "reload"))
+
+    @Slot(str)
+    def _on_errors_actionTriggered(self, key: str) -> None:
+        if key in ("reload", "force") and self.models.pair is not None:
+            self.errors.hide()
+            self.load_models(*self.models.pair, force=key == "force" or None)
+
+    @Slot()
+    def _on_search_action_triggered(self) -> None:
+        self.conversations.focus_search()
+
+    @Slot()
+    def _on_controller_conversationsChanged(self) -> None:
+        conv = self.controller.conv
+        self.conversations.refresh(conv.id if conv else "")
+
+    # --- Qt ------------------------------------------------------------------------------------------
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "compare_view"):
+            for view in (self.transcript, *self.compare_view.views.values()):
+                view.rerender()  # dim text and code colours follow the theme
+        super().changeEvent(event)
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        # Cancel the reply (the engine ends within one step), close the models on their own
+        # thread, and flush what was generated so far into the conversation file.
+        self.hide()
+        self.worker.shutdown()
+        self.store.close()
+        super().closeEvent(event)

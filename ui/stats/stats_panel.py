@@ -1,0 +1,116 @@
+"""Live statistics of the reply being generated, replaced by the engine's exact figures at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
+
+from app.engine.events import Event, GenerationStats, TokenFate
+from app.engine.live_stats import LiveStats
+from app.palette import FATE_COLOURS
+from ui.stats.bar_plot import BarPlot
+from ui.stats.line_plot import LinePlot
+from ui.stats.split_bar import SplitBar
+
+SPLIT_COLOURS = ("#E69F00", "#0072B2", "#999999")  # draft (orange), verify (blue), other (grey)
+FIELDS = ("tokens_per_second", "acceptance_rate", "mean_accepted_length", "k", "governor", "time_split")
+TITLES = {
+    "tokens_per_second": "Speed",
+    "acceptance_rate": "Acceptance",
+    "mean_accepted_length": "Mean accepted",
+    "k": "Draft length K",
+    "governor": "Governor",
+    "time_split": "Time split",
+}
+
+
+def format_value(key: str, stats: LiveStats) -> str:
+    """The text the panel shows for `key` (tests compare it with the engine's final numbers)."""
+    live = "" if stats.final else "~"
+    if key == "tokens_per_second":
+        return f"{live}{stats.tokens_per_second:.1f} tok/s" if stats.tokens or stats.final else "—"
+    if key == "acceptance_rate":
+        return f"{stats.acceptance_rate:.1%} ({stats.accepted}/{stats.drafted})" if stats.drafted else "—"
+    if key == "mean_accepted_length":
+        return f"{stats.mean_accepted_length:.2f} tokens/step" if stats.drafted else "—"
+    if key == "k":
+        return str(stats.k) if stats.speculation_active else f"{stats.k} (drafting off)"
+    if key == "governor":
+        g = stats.governor
+        return "no change" if g is None else f"{g.action} K {g.k_before}→{g.k_after} at step {g.step}"
+    if key == "time_split":
+        draft, verify, other = stats.time_split
+        total = draft + verify + other
+        if total <= 0:
+            return "—"
+        return f"draft {draft / total:.0%} · verify {verify / total:.0%} · other {other / total:.0%}"
+    raise KeyError(key)
+
+
+class StatsPanel(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.stats = LiveStats()
+        box = QGroupBox("This reply")
+        form = QFormLayout(box)
+        self._labels: dict[str, QLabel] = {}
+        for key in FIELDS:
+            label = QLabel("—")
+            label.setWordWrap(True)  # the side panel is narrow; long values wrap rather than widen it
+            label.setObjectName(f"stat_{key}")
+            self._labels[key] = label
+            form.addRow(TITLES[key], label)
+        self._split = SplitBar(SPLIT_COLOURS)
+        self._split.setToolTip("Decode time: draft model (orange), target verify (blue), Python bookkeeping (grey)")
+        form.addRow("", self._split)
+        self._by_position = BarPlot("Acceptance by draft position", FATE_COLOURS[TokenFate.ACCEPTED],
+                                    fraction=True, first_label=1)
+        self._histogram = BarPlot("Accepted tokens per step", FATE_COLOURS[TokenFate.BONUS], fraction=False)
+        self._rolling = LinePlot("Rolling acceptance over the reply", FATE_COLOURS[TokenFate.ACCEPTED])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(box)
+        for plot in (self._by_position, self._histogram, self._rolling):
+            layout.addWidget(plot)
+        layout.addStretch(1)
+        self.refresh()
+
+    def reset(self) -> None:
+        self.stats = LiveStats()
+        self.refresh()
+
+    def apply(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.stats.apply(event)
+        self.refresh()
+
+    def finish(self, stats: GenerationStats) -> None:
+        self.stats.finish(stats)
+        self.refresh()
+
+    def show_saved(self, stats: GenerationStats | None) -> None:
+        """The figures of a stored reply (conversation switched), or blank."""
+        self.stats = LiveStats()
+        if stats is not None:
+            self.stats.finish(stats)
+        self.refresh()
+
+    def text(self, key: str) -> str:
+        return self._labels[key].text()
+
+    def plots(self) -> dict[str, object]:
+        return {"by_position": self._by_position.values(), "histogram": self._histogram.values(),
+                "rolling": self._rolling.points()}
+
+    def refresh(self) -> None:
+        s = self.stats
+        for key, label in self._labels.items():
+            label.setText(format_value(key, s))
+        self._labels["tokens_per_second"].setToolTip(
+            "Generated tokens per second of decoding (prompt processing excluded)."
+            + ("" if s.final else " While generating: draft + verify time only (≈)."))
+        self._split.set_values(s.time_split)
+        self._by_position.set_values(s.per_position_acceptance)
+        self._histogram.set_values(s.accepted_length_histogram)
+        self._rolling.set_points(s.rolling, s.acceptance_rate if s.drafted else None)
