@@ -1,14 +1,19 @@
-"""The governor's decisions, fed with measured-looking step costs (deterministic, no timing)."""
+"""The governor's decisions, fed with measured-looking step costs (deterministic, no timing).
+
+tests/test_governor_sim.py drives it through whole simulated replies; these are the single decisions.
+"""
 
 from __future__ import annotations
 
-from app.governor import Governor
+from app.engine.governor import Governor, GovernorTuning
 
 
 def _feed(gov: Governor, plain_ms: float, draft_ms_per_token: float, verify_ms_per_row: float,
-          accept_rate: float, steps: int = 6) -> None:
-    gov.observe(0, 1, plain_ms, 0, 0, 0.0, True)  # the probe step
-    for step in range(1, steps + 1):
+          accept_rate: float, steps: int = 6, start: int = 1) -> None:
+    """Steps as the engine would report them; a K-token draft accepts round(K * accept_rate) tokens."""
+    if start == 1:
+        gov.observe(0, 1, plain_ms, 0, 0, 0.0, True)  # the probe step
+    for step in range(start, start + steps):
         k = gov.current_k()
         if k == 0:
             gov.observe(step, 1, plain_ms, 0, 0, 0.0, True)
@@ -28,7 +33,7 @@ def test_turns_drafting_off_when_the_draft_costs_too_much():
     # The CPU case from MODELS.md: a draft token costs almost half a target step.
     gov = Governor(k_max=6, k_start=4)
     _feed(gov, plain_ms=70, draft_ms_per_token=34, verify_ms_per_row=20, accept_rate=0.6)
-    assert not gov.enabled and gov.current_k() == 0
+    assert not gov.enabled and gov.current_k() == 0 and gov.active_k == 0
     assert gov.events[-1].action == "disable"
     assert "slower than plain decoding" in gov.events[-1].reason
 
@@ -51,5 +56,137 @@ def test_shrinks_k_when_long_drafts_are_wasted():
 def test_fixed_k_when_not_adaptive():
     gov = Governor(k_max=5, k_start=2, adaptive=False)
     assert gov.current_k() == 5
-    _feed(gov, plain_ms=70, draft_ms_per_token=34, verify_ms_per_row=20, accept_rate=0.1)
-    assert gov.current_k() == 5 and gov.events == []
+    _feed(gov, plain_ms=70, draft_ms_per_token=34, verify_ms_per_row=20, accept_rate=0.1, steps=40)
+    assert gov.current_k() == 5 and gov.events == [] and gov.enabled
+    assert not gov.free_probe(5)
+
+
+def test_nothing_to_govern_without_drafts():
+    gov = Governor(k_max=0, k_start=3)
+    assert gov.current_k() == 0 and not gov.enabled
+    assert gov.observe(0, 1, 20.0, 0, 0, 0.0, False) is None
+    assert gov.current_k() == 0 and not gov.free_probe(4)
+
+
+def test_one_unlucky_step_does_not_turn_drafting_off():
+    # Drafting pays ~1.4x here at 80% acceptance; the first draft happens to be rejected outright. The old
+    # governor decided on that one step (and never came back); this one waits for evidence.
+    gov = Governor(k_max=6, k_start=3)
+    gov.observe(0, 1, 40.0, 0, 0, 0.0, True)
+    gov.observe(1, 4, 80.0, 3, 0, 6.0, True)
+    assert gov.enabled and gov.current_k() > 0
+
+
+def test_acceptance_is_conditional_on_the_earlier_positions():
+    gov = Governor(k_max=6, k_start=6, adaptive=False)
+    gov.observe(0, 7, 30.0, 6, 2, 6.0, True)  # accepted 2, rejected the 3rd: 2 successes, 1 failure
+    gov.observe(1, 7, 30.0, 6, 6, 6.0, True)  # all 6 accepted: no failure (K cut it, not the target)
+    # (8 + 1) / (8 + 1 + 2) with the Beta(1, 1) prior, not 8 / 12 accepted / drafted (with the decay, about).
+    assert abs(gov.acceptance() - 9 / 11) < 0.02
+
+
+def _costly_step(gov: Governor, step: int, accept_all: bool) -> int:
+    """One step with a draft model: 40 ms plain, 10 ms per extra verify row, 4 ms per drafted token."""
+    k = gov.current_k()
+    gov.observe(step, k + 1, 40.0 + 10.0 * k, k, k if accept_all else 0, 4.0 * k, True)
+    return k
+
+
+def test_a_costly_drafter_is_reprobed_with_growing_waits_and_comes_back():
+    gov = Governor(k_max=6, k_start=3, tuning=GovernorTuning(probe_wait=4))
+    step = 0
+    while gov.enabled or not gov.events:  # every draft rejected: off
+        _costly_step(gov, step, accept_all=False)
+        step += 1
+    off_at, probes = step - 1, []
+    for _ in range(40):  # still rejected: probes come after ever longer waits
+        if _costly_step(gov, step, accept_all=False):
+            probes.append(step)
+        step += 1
+    gaps = [b - a for a, b in zip([off_at, *probes], probes, strict=False)]
+    assert len(probes) >= 2 and gaps == sorted(gaps) and gaps[-1] > gaps[0]
+    assert not gov.enabled
+    # The text turns predictable: the next probes bring drafting back.
+    for _ in range(100):
+        _costly_step(gov, step, accept_all=True)
+        step += 1
+        if gov.enabled:
+            break
+    assert gov.enabled and gov.events[-1].action == "enable"
+    assert gov.events[-1].k_before == 0 and gov.events[-1].k_after >= 1 and gov.current_k() >= 1
+
+
+def _plain_until_free_probe(gov: Governor, step: int, n_tokens: int) -> int:
+    """Plain steps until the governor takes a free proposal of n_tokens; returns how many."""
+    for wait in range(100):
+        if gov.free_probe(n_tokens):
+            return wait
+        gov.observe(step + wait, 1, 40.0, 0, 0, 0.0, False)
+    raise AssertionError("no free probe in 100 steps")
+
+
+def test_free_probes_only_while_off_and_with_back_off():
+    gov = Governor(k_max=6, k_start=3)
+    assert not gov.free_probe(6)  # drafting is on: the engine drafts anyway
+    gov.observe(0, 1, 40.0, 0, 0, 0.0, False)
+    for step in range(1, 40):  # prompt lookup, every guess wrong, verify dear: off
+        k = gov.current_k()
+        gov.observe(step, k + 1, 40.0 + 20.0 * k, k, 0, 0.0, False)
+        if not gov.enabled:
+            break
+    assert not gov.enabled and gov.current_k() == 0  # no costly probes for a free drafter
+    assert not gov.free_probe(1)  # too short to tell anything
+    waits = []
+    step += 1
+    for _ in range(3):  # failed probes: the wait grows
+        wait = _plain_until_free_probe(gov, step, 4)
+        step += wait
+        gov.observe(step, 5, 120.0, 4, 0, 0.0, False)
+        step += 1
+        waits.append(wait)
+    assert waits == sorted(waits) and waits[-1] > waits[0]
+    step += _plain_until_free_probe(gov, step, 6)
+    for _ in range(6):  # long matches, all accepted
+        if gov.enabled:
+            break
+        if gov.free_probe(6):
+            gov.observe(step, 7, 160.0, 6, 6, 0.0, False)
+        else:
+            gov.observe(step, 1, 40.0, 0, 0, 0.0, False)
+        step += 1
+    assert gov.enabled and gov.events[-1].action == "enable"
+
+
+def test_no_free_probe_where_even_a_perfect_draft_loses():
+    gov = Governor(k_max=6, k_start=3)
+    gov.observe(0, 1, 10.0, 0, 0, 0.0, False)
+    gov.observe(1, 4, 50.0, 3, 0, 0.0, False)  # 4 rows cost 5 plain steps: 4 tokens can never pay
+    gov.observe(2, 4, 50.0, 3, 0, 0.0, False)
+    assert not gov.enabled
+    for step in range(3, 40):
+        assert not gov.free_probe(3)
+        gov.observe(step, 1, 10.0, 0, 0, 0.0, False)
+
+
+def test_plain_cost_is_remeasured_while_drafting():
+    gov = Governor(k_max=6, k_start=3, tuning=GovernorTuning(plain_refresh_steps=10))
+    _feed(gov, plain_ms=20, draft_ms_per_token=2, verify_ms_per_row=0.5, accept_rate=0.8, steps=10)
+    assert gov.current_k() == 0  # 10 drafting steps after the probe, plain decoding is timed again
+    gov.observe(10, 1, 20.0, 0, 0, 0.0, True)
+    assert gov.current_k() > 0
+
+
+def test_grows_k_by_measuring_larger_batches():
+    # GPU-like: 7 rows cost what 4 do, the draft is nearly right and cheap. Unmeasured batches are assumed to
+    # cost the largest measured one's per-row price, so only trying K + 1 can show that they are cheaper.
+    gov = Governor(k_max=6, k_start=3)
+    _feed(gov, plain_ms=20, draft_ms_per_token=0.5, verify_ms_per_row=0.2, accept_rate=1.0, steps=30)
+    assert gov.enabled and gov.active_k == 6
+    assert any(e.action == "grow" for e in gov.events)
+
+
+def test_events_say_why():
+    gov = Governor(k_max=6, k_start=6)
+    _feed(gov, plain_ms=20, draft_ms_per_token=3, verify_ms_per_row=3, accept_rate=0.5)
+    event = next(e for e in gov.events if e.action == "shrink")
+    assert "acceptance" in event.reason and "verify(" in event.reason and "plain" in event.reason
