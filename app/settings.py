@@ -17,7 +17,7 @@ from app.atomic import atomic_write_text
 from app.engine.pair_config import PairConfig
 from app.engine.sampling import SamplingParams
 from app.engine.session import GenParams
-from app.engine.speculative import SpecParams
+from app.engine.speculative import STRICT_DRAFT_MAX, SpecParams
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ class Settings:
     # Models (None: the demo pair)
     target_path: str | None = None
     draft_path: str | None = None
-    mode: str = "draft"  # draft | lookup | none
+    mode: str = "auto"  # auto | draft | lookup | hybrid | none (app.engine.drafters.CHOICES)
     # Generation
     n_predict: int = 1024
     temperature: float = 0.0
@@ -46,7 +46,10 @@ class Settings:
     n_gpu_layers: int = -1
     n_gpu_layers_draft: int = -1
     flash_attn: bool = True
-    repack: bool = False
+    # Strict exactness: no CPU weight repacking and K <= STRICT_DRAFT_MAX, so verify batches run the
+    # one-token kernels (bit-identical on the CPU backend); slower, see docs/BENCHMARKS.md. Off by
+    # default: llama.cpp repacks, and so do we. (The old `repack` key lands in `extra`, ignored.)
+    strict: bool = False
     # Appearance
     theme: str = "system"  # system | light | dark
     show_colours: bool = True
@@ -59,12 +62,13 @@ class Settings:
             mode=mode or self.mode,
             n_predict=self.n_predict,
             sampling=SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p, self.seed),
-            spec=SpecParams(self.draft_max, self.draft_min, self.draft_p_min, self.adaptive),
+            spec=SpecParams(min(self.draft_max, STRICT_DRAFT_MAX) if self.strict else self.draft_max,
+                            self.draft_min, self.draft_p_min, self.adaptive),
         )
 
     def pair_config(self, target: Path, draft: Path | None) -> PairConfig:
         return PairConfig(target, draft, self.n_gpu_layers, self.n_gpu_layers_draft, self.n_ctx,
-                          n_threads=self.n_threads, flash_attn=self.flash_attn, repack=self.repack)
+                          n_threads=self.n_threads, flash_attn=self.flash_attn, repack=not self.strict)
 
 
 class SettingsError(ValueError):

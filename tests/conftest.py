@@ -65,6 +65,17 @@ def demo_session(target_path: Path, draft_path: Path) -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
+def strict_session(target_path: Path, draft_path: Path) -> Iterator[object]:
+    """The demo pair loaded as `--strict` does: no CPU weight repacking."""
+    from app.engine.pair_config import PairConfig
+    from app.engine.session import SpecSession
+
+    session = SpecSession(PairConfig(target_path, draft_path, n_ctx=2048, n_threads=2, repack=False))
+    yield session
+    session.close()
+
+
+@pytest.fixture(scope="session")
 def smol_session(smol_path: Path) -> Iterator[object]:
     from app.engine.pair_config import PairConfig
     from app.engine.session import SpecSession

@@ -1,4 +1,4 @@
-"""The acceptance rule and the sampling transforms, on synthetic distributions (fast, many draws)."""
+"""Coupled sampling and the sampling transforms, on synthetic distributions (fast, many draws)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from app.engine.sampling import Dist, SamplingParams, distribution, point_mass, speculative_accept, top_two_margin
+from app.engine.sampling import Dist, SampleNoise, SamplingParams, distribution, point_mass, top_two_margin
 
 
 def _dist(probs: dict[int, float]) -> Dist:
@@ -15,40 +15,83 @@ def _dist(probs: dict[int, float]) -> Dist:
     return Dist(ids, values / values.sum())
 
 
-@pytest.mark.parametrize("q", [
-    {0: 0.7, 1: 0.2, 2: 0.1},  # draft over-confident on token 0
-    {1: 0.5, 3: 0.5},  # draft proposes a token the target never emits (3)
-    None,  # prompt lookup: a point mass on one token
-])
-def test_accept_then_residual_reproduces_p(q):
+def _coupled_counts(dist: Dist, n: int, size: int, position: int = 3) -> np.ndarray:
+    counts = np.zeros(size)
+    for seed in range(n):
+        counts[SampleNoise(seed).sample(dist, position)] += 1
+    return counts
+
+
+def test_coupled_sampling_follows_the_distribution():
     p = _dist({0: 0.4, 1: 0.3, 2: 0.2, 4: 0.1})
-    rng = np.random.default_rng(7)
     n = 20000
-    counts = np.zeros(5)
-    for _ in range(n):
-        qd = point_mass(1) if q is None else _dist(q)
-        x = qd.sample(rng)
-        _ok, token = speculative_accept(p, qd, x, rng)
-        counts[token] += 1
+    counts = _coupled_counts(p, n, 5)
     expected = np.array([0.4, 0.3, 0.2, 0.0, 0.1]) * n
     assert counts[3] == 0
     mask = expected > 0
     assert scipy_stats.chisquare(counts[mask], expected[mask]).pvalue > 0.001
+    # Power check: the same counts are far from another distribution.
+    other = np.array([0.25, 0.25, 0.25, 0.0, 0.25]) * n
+    assert scipy_stats.chisquare(counts[mask], other[mask]).pvalue < 1e-6
 
 
-def test_rule_fails_when_draft_distribution_is_misreported():
-    """Sanity check that the chi-square test above has power: lying about q breaks exactness."""
+def test_positions_draw_independently():
+    """One seed, many positions: still p-distributed (the hash does not repeat along a reply)."""
+    p = _dist({0: 0.5, 1: 0.3, 2: 0.2})
+    noise = SampleNoise(12345)
+    counts = np.zeros(3)
+    for position in range(20000):
+        counts[noise.sample(p, position)] += 1
+    assert scipy_stats.chisquare(counts, np.array([0.5, 0.3, 0.2]) * 20000).pvalue > 0.001
+
+
+def test_noise_depends_only_on_seed_position_and_token():
+    noise = SampleNoise(7)
+    both = noise.uniforms(10, np.array([5, 99, 151935]))
+    assert noise.uniforms(10, np.array([99]))[0] == both[1]  # whatever else is in the candidate set
+    assert noise.uniforms(11, np.array([99]))[0] != both[1]
+    assert SampleNoise(8).uniforms(10, np.array([99]))[0] != both[1]
+    assert ((both > 0) & (both < 1)).all()
+
+
+def test_close_distributions_choose_the_same_token():
+    """Draft and target share the noise, so a draft close to the target is accepted often: at least
+    the Gumbel-coupling bound overlap / (2 - overlap), and always when they are equal."""
     p = _dist({0: 0.4, 1: 0.3, 2: 0.2, 4: 0.1})
-    q_true, q_claimed = _dist({0: 0.9, 1: 0.1}), _dist({0: 0.4, 1: 0.6})
-    rng = np.random.default_rng(1)
-    n = 20000
-    counts = np.zeros(5)
-    for _ in range(n):
-        x = q_true.sample(rng)
-        counts[speculative_accept(p, q_claimed, x, rng)[1]] += 1
-    expected = np.array([0.4, 0.3, 0.2, 0.0, 0.1]) * n
-    mask = expected > 0
-    assert scipy_stats.chisquare(counts[mask], expected[mask]).pvalue < 1e-6
+    q = _dist({0: 0.5, 1: 0.3, 2: 0.1, 3: 0.1})
+    overlap = 0.4 + 0.3 + 0.1
+    n = 5000
+    agree = sum(SampleNoise(s).sample(p, 0) == SampleNoise(s).sample(q, 0) for s in range(n)) / n
+    assert agree >= overlap / (2 - overlap)
+    assert all(SampleNoise(s).sample(p, 0) == SampleNoise(s).sample(p, 0) for s in range(200))
+    assert SampleNoise(0).sample(point_mass(42), 9) == 42
+
+
+def _reference(logits: np.ndarray, params: SamplingParams) -> Dist:
+    """The whole-vocabulary chain by a full sort: what the partial selections must reproduce."""
+    order = np.argsort(-logits.astype(np.float64), kind="stable")
+    values = logits[order].astype(np.float64)
+    probs = np.exp(values - values[0])
+    probs /= probs.sum()
+    keep = probs.size
+    if params.top_p < 1.0:
+        keep = min(keep, int(np.searchsorted(np.cumsum(probs), params.top_p, side="left")) + 1)
+    if params.min_p > 0.0:
+        keep = min(keep, int(np.count_nonzero(probs >= params.min_p * probs[0])))
+    values = values[:keep] / params.temperature
+    out = np.exp(values - values[0])
+    return Dist(order[:keep], out / out.sum())
+
+
+@pytest.mark.parametrize("top_p,min_p", [(0.95, 0.0), (0.5, 0.0), (1.0, 0.05), (0.9, 0.02), (1.0, 0.0)])
+def test_whole_vocabulary_without_a_full_sort_matches_the_reference(top_p, min_p):
+    logits = (np.random.default_rng(3).standard_normal(151936) * 4).astype(np.float32)
+    params = SamplingParams(temperature=0.7, top_k=0, top_p=top_p, min_p=min_p)
+    got, ref = distribution(logits, params), _reference(logits, params)
+    assert got.ids[0] == ref.ids[0] and got.ids.size == ref.ids.size
+    assert set(got.ids.tolist()) == set(ref.ids.tolist())
+    ref_probs = dict(zip(ref.ids.tolist(), ref.probs, strict=True))
+    assert np.allclose(got.probs, [ref_probs[int(t)] for t in got.ids], rtol=1e-9, atol=1e-15)
 
 
 def test_transforms_follow_llama_cpp_order():
@@ -61,11 +104,6 @@ def test_transforms_follow_llama_cpp_order():
     hot = distribution(logits, SamplingParams(temperature=2.0, top_k=0, top_p=1.0, min_p=0.0))
     cold = distribution(logits, SamplingParams(temperature=0.5, top_k=0, top_p=1.0, min_p=0.0))
     assert hot.probs[0] < 0.5 < cold.probs[0]
-
-
-def test_zero_draft_probability_is_an_error_not_a_silent_accept():
-    with pytest.raises(ValueError, match="zero draft probability"):
-        speculative_accept(_dist({0: 1.0}), _dist({1: 1.0}), 0, np.random.default_rng(0))
 
 
 def test_margin():

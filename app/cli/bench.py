@@ -1,7 +1,11 @@
-"""`specchat bench`: plain, lookup and draft decoding on the same prompts, interleaved.
+"""`specchat bench`: plain, lookup and draft decoding on the same prompts, interleaved, optionally beside
+llama.cpp's own tools (`--native DIR`, see app/cli/native_bench.py).
 
-Each round runs every mode on a prompt back to back, so all modes see the same machine state; the
-report quotes medians over rounds and ratios against `none` measured in the same round.
+Fairness: an untimed warm-up round runs every mode once on a short prompt; each round runs every mode
+on a prompt back to back, and round r starts with mode r mod n, so no mode always runs first (cold
+caches) or last (a hot CPU). The report quotes medians over rounds and ratios against `none` (and
+llama.cpp's plain decoding) measured in the same round. Timed runs never track logit margins (about
+1 ms a token): one extra untimed plain run per prompt does, and judges every divergence.
 """
 
 from __future__ import annotations
@@ -12,23 +16,48 @@ import json
 import platform
 import statistics
 import sys
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from app import settings as settings_mod
+from app.cli import native_bench
+from app.cli.native_bench import NATIVE_MODES, PREFIX, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
+from app.engine.drafters import NEEDS_DRAFT
 from app.engine.events import Divergence, FinishEvent
 from app.engine.session import GenParams, SpecSession
 
 NEAR_TIE_MARGIN = 0.1  # logit gap under which batched vs one-token kernels may legitimately flip
+DEFAULT_N_PREDICT = 128
+WARMUP_MESSAGES = ({"role": "user", "content": "Say hello in five words."},)
+WARMUP_N_PREDICT = 16
+ROLES = ("system", "user", "assistant")
+
+MEASUREMENT = {
+    "specchat": "generated tokens / wall time of the decode loop after prefill (drafting, verification, sampling "
+                "and Python included; the first step decodes the last prompt token)",
+    "llama.cpp:plain": "llama-completion's llama_perf \"eval time = X ms / N runs\": N one-token decodes / X "
+                       "(llama_decode only; prompt and sampling excluded)",
+    "llama.cpp:speculative": "llama-speculative-simple's \"decoded N tokens in X seconds\": wall time of its "
+                             "draft/verify loop after the prompt (its first batch holds the last prompt token)",
+}
 
 
 @dataclass(frozen=True)
 class BenchPrompt:
     id: str
-    prompt: str
+    prompt: str  # the last user message (a single-turn row's whole prompt)
+    kind: str = ""
+    messages: tuple[tuple[str, str], ...] = ()  # (role, content); empty: one user turn holding `prompt`
+    n_predict: int | None = None  # this row's token budget; -n on the command line overrides it
+
+    def chat(self) -> list[dict[str, str]]:
+        if not self.messages:
+            return [{"role": "user", "content": self.prompt}]
+        return [{"role": role, "content": content} for role, content in self.messages]
 
 
 @dataclass
@@ -42,14 +71,64 @@ class BenchRun:
     mean_accepted_length: float
     identical: bool
     divergence: dict[str, Any] | None
-    engine_overhead: float  # share of decode time spent outside llama_decode (Python: drafting logic,
-    # verification, sampling, bookkeeping)
+    engine_overhead: float | None  # share of decode time spent outside llama_decode (Python: drafting logic,
+    # verification, sampling, bookkeeping); None for llama.cpp's tools
     governor: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list, repr=False)
     rounds_tps: list[float] = field(default_factory=list)
+    engine: str = "specchat"  # or "llama.cpp"
+    kind: str = ""
+    n_predict: int = 0
+    prompt_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    finish_reason: str | None = None
+    speedup_vs_llama_cpp: float | None = None  # median per-round ratio against llama.cpp's plain decoding
+    governor_by_round: list[list[dict[str, Any]]] = field(default_factory=list)
+    command: list[str] | None = None  # llama.cpp rows: the last round's exact command line
+
+
+def _row_error(source: str, number: int, what: str) -> ValueError:
+    return ValueError(f"{source}, line {number}: {what}")
+
+
+def _parse_row(obj: Any, source: str, number: int) -> BenchPrompt:
+    if not isinstance(obj, dict):
+        raise _row_error(source, number, f"expected a JSON object, got {type(obj).__name__}")
+    if not isinstance(obj.get("id"), str | int) or str(obj.get("id")).strip() == "":
+        raise _row_error(source, number, "missing \"id\" (a non-empty string)")
+    has_prompt, has_messages = "prompt" in obj, "messages" in obj
+    if has_prompt == has_messages:
+        raise _row_error(source, number, "needs exactly one of \"prompt\" (a string) or \"messages\" (a list of "
+                                         "{\"role\", \"content\"} objects)")
+    kind = obj.get("kind", "")
+    if not isinstance(kind, str):
+        raise _row_error(source, number, "\"kind\" must be a string")
+    n_predict = obj.get("n_predict")
+    if n_predict is not None and (not isinstance(n_predict, int) or isinstance(n_predict, bool) or n_predict < 1):
+        raise _row_error(source, number, f"\"n_predict\" must be a positive integer, got {n_predict!r}")
+    if has_prompt:
+        if not isinstance(obj["prompt"], str) or not obj["prompt"].strip():
+            raise _row_error(source, number, "\"prompt\" must be a non-empty string")
+        return BenchPrompt(str(obj["id"]), obj["prompt"], kind, (), n_predict)
+    messages = obj["messages"]
+    if not isinstance(messages, list) or not messages:
+        raise _row_error(source, number, "\"messages\" must be a non-empty list of {\"role\", \"content\"} objects")
+    pairs = []
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or not isinstance(msg.get("content"), str):
+            raise _row_error(source, number, f"messages[{i}] must be an object with a string \"content\"")
+        if msg.get("role") not in ROLES:
+            raise _row_error(source, number, f"messages[{i}] has role {msg.get('role')!r}: use one of "
+                                             f"{', '.join(ROLES)}")
+        pairs.append((str(msg["role"]), str(msg["content"])))
+    if pairs[-1][0] != "user":
+        raise _row_error(source, number, "the last message must be the user's (the bench generates the reply)")
+    return BenchPrompt(str(obj["id"]), pairs[-1][1], kind, tuple(pairs), n_predict)
 
 
 def load_prompts(path: Path | None) -> list[BenchPrompt]:
+    """JSONL rows {"id", "kind"?, "n_predict"?} with either "prompt" or "messages"; errors name the line."""
     if path is None:
         text = importlib.resources.files("app").joinpath("data/bench_prompts.jsonl").read_text(encoding="utf-8")
         source = "the built-in suite"
@@ -59,16 +138,20 @@ def load_prompts(path: Path | None) -> list[BenchPrompt]:
         except OSError as exc:
             raise ValueError(f"Cannot read the prompts file {path}: {exc.strerror}") from exc
         source = str(path)
-    prompts = []
+    prompts: list[BenchPrompt] = []
+    seen: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-            prompts.append(BenchPrompt(str(obj["id"]), str(obj["prompt"])))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"{source}, line {number}: expected a JSON object with \"id\" and \"prompt\" "
-                             f"({exc.__class__.__name__}: {exc})") from exc
+        except json.JSONDecodeError as exc:
+            raise _row_error(source, number, f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
+        item = _parse_row(obj, source, number)
+        if item.id in seen:
+            raise _row_error(source, number, f"id {item.id!r} repeats line {seen[item.id]}")
+        seen[item.id] = number
+        prompts.append(item)
     if not prompts:
         raise ValueError(f"{source} holds no prompts")
     return prompts
@@ -95,40 +178,158 @@ def run_once(session: SpecSession, prompt: list[int], params: GenParams) -> Fini
     raise RuntimeError("the engine ended without a FinishEvent")
 
 
+def round_order(modes: Sequence[str], r: int) -> list[str]:
+    """Round r starts with mode r mod n and keeps the cyclic order."""
+    start = r % len(modes)
+    return list(modes[start:]) + list(modes[:start])
+
+
+def chat_text(session: SpecSession, messages: Sequence[dict[str, Any]]) -> str:
+    """The templated prompt as text, exactly as `SpecSession.chat_prompt` renders it before tokenizing."""
+    from app.models import chat_template
+
+    model = session.target_model
+    return chat_template.render(model.chat_template(), messages,
+                                bos=model.token_text(model.bos) if model.bos >= 0 else "",
+                                eos=model.token_text(model.eos) if model.eos >= 0 else "")
+
+
+@dataclass
+class NativePlan:
+    """llama.cpp's side of a bench: its settings, modes and a folder for the prompt files."""
+
+    settings: NativeSettings
+    modes: list[str]  # NATIVE_MODES names; "plain" always first
+    workdir: Path
+    system_info: str | None = None  # llama-completion's build features, from its last run
+
+    def run(self, mode: str, session: SpecSession, messages: Sequence[dict[str, Any]], tokens: list[int],
+            n_predict: int, name: str) -> NativeResult:
+        text = chat_text(session, messages)
+        prompt_file = self.workdir / f"{name}.txt"
+        native_bench.write_prompt(prompt_file, text)
+        result = native_bench.run(mode, self.settings, prompt_file, n_predict, text, len(tokens))
+        if mode == "plain":
+            native_bench.check_prompt_tokens(tokens, result.prompt_tokens)
+            self.system_info = result.system_info
+        return result
+
+
+Result = FinishEvent | NativeResult
+
+
+def _tps(r: Result) -> float:
+    return r.stats.tokens_per_second if isinstance(r, FinishEvent) else r.tokens_per_second
+
+
+def _ratios(runs: list[Result], base: list[Result]) -> list[float]:
+    return [_tps(r) / _tps(b) for r, b in zip(runs, base, strict=True) if _tps(b) > 0]
+
+
+def _governor_events(run: FinishEvent) -> list[dict[str, Any]]:
+    return [{"step": g.step, "action": g.action, "k_before": g.k_before, "k_after": g.k_after, "reason": g.reason}
+            for g in run.stats.governor]
+
+
+def warm_up(session: SpecSession, params: GenParams, modes: Sequence[str], native: NativePlan | None) -> None:
+    """One untimed run of every mode on a short prompt: page the weights in, warm caches and clocks."""
+    messages = [dict(m) for m in WARMUP_MESSAGES]
+    tokens = session.chat_prompt(messages)
+    p = replace(params, n_predict=min(WARMUP_N_PREDICT, params.n_predict), track_margins=False)
+    for mode in modes:
+        run_once(session, tokens, p.with_mode(mode))
+    if native is not None:
+        for mode in native.modes:
+            native.run(mode, session, messages, tokens, p.n_predict, "warmup")
+
+
 def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, modes: list[str],
-          repeat: int = 1, progress: Any = None) -> Iterator[BenchRun]:
-    """Yield one BenchRun per prompt and mode (none first), medians over `repeat` interleaved rounds."""
+          repeat: int = 3, progress: Any = None, native: NativePlan | None = None, warmup: bool = False,
+          fixed_n_predict: bool = True) -> Iterator[BenchRun]:
+    """Yield one BenchRun per prompt and mode (none first, llama.cpp's last), medians over `repeat` rounds.
+
+    `fixed_n_predict`: params.n_predict applies to every prompt; otherwise a row's own n_predict wins.
+    """
     modes = ["none"] + [m for m in modes if m != "none"]
+    native_names = [PREFIX + m for m in native.modes] if native else []
+    all_modes = modes + native_names
+    if warmup:
+        warm_up(session, params, modes, native)
+        if progress is not None:
+            progress.update(len(all_modes))
+    greedy = params.sampling.greedy
     for item in prompts:
-        tokens = session.chat_prompt([{"role": "user", "content": item.prompt}])
-        results: dict[str, list[FinishEvent]] = {m: [] for m in modes}
-        for _ in range(repeat):
-            for mode in modes:
-                results[mode].append(run_once(session, tokens, params.with_mode(mode)))
+        messages = item.chat()
+        tokens = session.chat_prompt(messages)
+        n = params.n_predict if fixed_n_predict or item.n_predict is None else item.n_predict
+        p = replace(params, n_predict=n, track_margins=False)
+        # Margins cost about 1 ms a token, so only this untimed plain run tracks them.
+        reference = run_once(session, tokens, replace(p, mode="none", track_margins=True))
+        if progress is not None:
+            progress.update(1)
+        results: dict[str, list[Result]] = {m: [] for m in all_modes}
+        for r in range(repeat):
+            for mode in round_order(all_modes, r):
+                if mode.startswith(PREFIX):
+                    assert native is not None
+                    results[mode].append(native.run(mode.removeprefix(PREFIX), session, messages, tokens, n, item.id))
+                else:
+                    results[mode].append(run_once(session, tokens, p.with_mode(mode)))
                 if progress is not None:
                     progress.update(1)
-        plain_tps = [r.stats.tokens_per_second for r in results["none"]]
-        for mode in modes:
+        cpp_plain = results.get(PREFIX + "plain")
+        for mode in all_modes:
             runs = results[mode]
-            last = runs[-1]
-            ratios = [r.stats.tokens_per_second / p for r, p in zip(runs, plain_tps, strict=True) if p > 0]
-            div = first_divergence(results["none"][-1], last) if params.sampling.greedy else None
-            yield BenchRun(
-                prompt_id=item.id,
-                mode=mode,
-                tokens=last.stats.n_tokens,
-                tokens_per_second=statistics.median(r.stats.tokens_per_second for r in runs),
-                speedup=statistics.median(ratios) if ratios else 0.0,
-                acceptance_rate=last.stats.acceptance_rate,
-                mean_accepted_length=last.stats.mean_accepted_length,
-                identical=div is None,
-                divergence=asdict(div) if div else None,
-                engine_overhead=statistics.median(r.stats.python_ms / r.stats.decode_ms for r in runs
-                                                  if r.stats.decode_ms > 0),
-                governor=[f"step {g.step}: {g.action}" for g in last.stats.governor],
-                token_ids=list(last.tokens),
-                rounds_tps=[r.stats.tokens_per_second for r in runs],
-            )
+            vs_cpp = statistics.median(_ratios(runs, cpp_plain) or [0.0]) if cpp_plain else None
+            common = {"prompt_id": item.id, "mode": mode, "kind": item.kind, "n_predict": n,
+                      "prompt_tokens": len(tokens), "tokens_per_second": statistics.median(_tps(r) for r in runs),
+                      "speedup": statistics.median(_ratios(runs, results["none"]) or [0.0]),
+                      "speedup_vs_llama_cpp": vs_cpp, "rounds_tps": [_tps(r) for r in runs]}
+            if mode in native_names:
+                yield _native_run(common, [r for r in runs if isinstance(r, NativeResult)], reference, greedy)
+            else:
+                yield _specchat_run(common, [r for r in runs if isinstance(r, FinishEvent)], reference, greedy)
+
+
+def _specchat_run(common: dict[str, Any], runs: list[FinishEvent], reference: FinishEvent, greedy: bool) -> BenchRun:
+    last = runs[-1]
+    div = first_divergence(reference, last) if greedy else None
+    overheads = [r.stats.python_ms / r.stats.decode_ms for r in runs if r.stats.decode_ms > 0]
+    return BenchRun(
+        **common,
+        tokens=last.stats.n_tokens,
+        acceptance_rate=last.stats.acceptance_rate,
+        mean_accepted_length=last.stats.mean_accepted_length,
+        identical=div is None,
+        divergence=asdict(div) if div else None,
+        engine_overhead=statistics.median(overheads) if overheads else 0.0,
+        governor=[f"step {g.step}: {g.action}" for g in last.stats.governor],
+        token_ids=list(last.tokens),
+        drafted=last.stats.drafted,
+        accepted=last.stats.accepted,
+        finish_reason=last.stats.finish_reason,
+        governor_by_round=[_governor_events(r) for r in runs],
+    )
+
+
+def _native_run(common: dict[str, Any], runs: list[NativeResult], reference: FinishEvent, greedy: bool) -> BenchRun:
+    last = runs[-1]
+    # llama.cpp prints text, not token ids: greedy replies are compared as text, as far as both go.
+    same = native_bench.same_reply(reference.text, last.text) if greedy else True
+    divergence = None if same else {"text_differs": True, "reply_text_known": last.text is not None}
+    return BenchRun(
+        **common,
+        tokens=last.n_tokens,
+        acceptance_rate=last.n_accepted / last.n_drafted if last.n_drafted else 0.0,
+        mean_accepted_length=0.0,
+        identical=same,
+        divergence=divergence,
+        engine_overhead=None,
+        engine="llama.cpp",
+        drafted=last.n_drafted,
+        accepted=last.n_accepted,
+        command=list(last.command),
+    )
 
 
 def machine_description() -> dict[str, Any]:
@@ -151,50 +352,103 @@ def summarise(runs: list[BenchRun]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mode in dict.fromkeys(r.mode for r in runs):
         mine = [r for r in runs if r.mode == mode]
+        overheads = [r.engine_overhead for r in mine if r.engine_overhead is not None]
+        vs_cpp = [r.speedup_vs_llama_cpp for r in mine if r.speedup_vs_llama_cpp is not None]
+        drafted = sum(r.drafted for r in mine)
         out[mode] = {
+            "engine": mine[0].engine,
             "median_tokens_per_second": statistics.median(r.tokens_per_second for r in mine),
             "median_speedup": statistics.median(r.speedup for r in mine),
             "min_speedup": min(r.speedup for r in mine),
             "identical": sum(r.identical for r in mine),
             "prompts": len(mine),
-            "median_engine_overhead": statistics.median(r.engine_overhead for r in mine),
+            "median_engine_overhead": statistics.median(overheads) if overheads else None,
+            "median_speedup_vs_llama_cpp": statistics.median(vs_cpp) if vs_cpp else None,
+            "drafted": drafted,
+            "accepted": sum(r.accepted for r in mine),
+            "acceptance_rate": sum(r.accepted for r in mine) / drafted if drafted else 0.0,
         }
     return out
+
+
+def _native_plan(args: argparse.Namespace, cfg: Any, params: GenParams, workdir: Path) -> NativePlan | None:
+    if args.native is None:
+        return None
+    from app.llama_backend import default_threads
+
+    native_bench.tool_paths(args.native)
+    wanted = [m.strip() for m in args.native_modes.split(",") if m.strip()]
+    unknown = [m for m in wanted if m not in NATIVE_MODES]
+    if unknown:
+        raise ValueError(f"--native-modes: unknown {', '.join(unknown)}; use some of {', '.join(NATIVE_MODES)}")
+    modes = ["plain"] + [m for m in dict.fromkeys(wanted) if m != "plain"]
+    if "draft-simple" in modes and cfg.draft is None:
+        modes.remove("draft-simple")
+        print("specchat: note: no draft model, so llama.cpp's draft-simple is skipped", file=sys.stderr)
+    s = params.sampling
+    settings = NativeSettings(
+        bin_dir=Path(args.native), target=cfg.target, draft=cfg.draft, n_ctx=cfg.n_ctx,
+        n_threads=cfg.n_threads or default_threads(), n_batch=cfg.n_batch, flash_attn=cfg.flash_attn,
+        repack=cfg.repack, n_gpu_layers=cfg.n_gpu_layers, n_gpu_layers_draft=cfg.n_gpu_layers_draft,
+        type_k=cfg.type_k, type_v=cfg.type_v, temp=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
+        seed=s.seed, draft_max=params.spec.draft_max, p_min=params.spec.p_min,
+        timeout_s=args.native_timeout, extra_args=native_bench.split_args(args.native_args or ""),
+    )
+    return NativePlan(settings, modes, workdir)
 
 
 def run_bench_cli(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-
+    if args.repeat < 1:
+        raise ValueError("--repeat must be at least 1")
     settings, _warning = settings_mod.load()
     prompts = load_prompts(args.prompts)
     target, draft = resolve_models(args, settings)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if "draft" in modes and draft is None:
-        modes.remove("draft")
-        print("specchat: note: no draft model, so the draft mode is skipped", file=sys.stderr)
+    for mode in [m for m in modes if m in NEEDS_DRAFT and draft is None]:
+        modes.remove(mode)
+        print(f"specchat: note: no draft model, so the {mode} mode is skipped", file=sys.stderr)
     params = gen_params(args, settings, draft is not None)
-    params = GenParams(params.mode, params.n_predict if args.n_predict else 128, params.sampling, params.spec,
-                       track_margins=True)
+    params = GenParams(params.mode, args.n_predict or DEFAULT_N_PREDICT, params.sampling, params.spec)
     cfg = pair_config(args, settings, target, draft)
     runs: list[BenchRun] = []
-    reference: dict[str, float] = {}
-    with SpecSession(cfg) as session:
-        total = len(prompts) * len(set(modes) | {"none"}) * args.repeat
-        with tqdm(total=total, desc="bench", unit="run", file=sys.stderr, disable=None) as bar:
-            for run in bench(session, prompts, params, modes, args.repeat, bar):
-                runs.append(run)
-        if args.compare_llama_cpp_python:
-            reference = _reference_lookup(session, prompts, params, cfg)
+    reference: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="specchat-bench-") as tmp:
+        native = _native_plan(args, cfg, params, Path(tmp))  # checks the tools before any model loads
+        with SpecSession(cfg) as session:
+            n_modes = len(set(modes) | {"none"}) + (len(native.modes) if native else 0)
+            total = len(prompts) * (1 + n_modes * args.repeat) + (0 if args.no_warmup else n_modes)
+            with tqdm(total=total, desc="bench", unit="run", file=sys.stderr, disable=None) as bar:
+                for run in bench(session, prompts, params, modes, args.repeat, bar, native, not args.no_warmup,
+                                 fixed_n_predict=args.n_predict is not None):
+                    runs.append(run)
+            if args.compare_llama_cpp_python:
+                reference = _reference_lookup(session, prompts, params, cfg)
     report = {
         "machine": machine_description(),
         "models": {"target": str(target), "draft": str(draft) if draft else None},
         "settings": {"n_predict": params.n_predict, "sampling": asdict(params.sampling),
                      "spec": asdict(params.spec), "n_ctx": cfg.n_ctx, "n_threads": cfg.n_threads,
-                     "flash_attn": cfg.flash_attn, "repeat": args.repeat},
+                     "flash_attn": cfg.flash_attn, "repeat": args.repeat, "repack": cfg.repack,
+                     "n_batch": cfg.n_batch, "warmup": not args.no_warmup,
+                     "n_predict_source": "-n for every prompt" if args.n_predict else
+                     f"each prompt's n_predict, else {DEFAULT_N_PREDICT}",
+                     "mode_order": "rotated: round r starts with mode r mod n",
+                     "margins": "from one untimed plain run per prompt"},
+        "measurement": MEASUREMENT,
         "runs": [{k: v for k, v in asdict(r).items() if k != "token_ids"} for r in runs],
         "summary": summarise(runs),
     }
+    if native:
+        from app.llama_backend import system_info
+
+        ours = native_bench.normalise_system_info(system_info())
+        report["native"] = {"bin_dir": str(native.settings.bin_dir), "modes": native.modes,
+                            "version": native_bench.tool_version(native.settings.bin_dir),
+                            "n_threads": native.settings.n_threads, "repack": native.settings.repack,
+                            "prompt_tokens_checked": True, "system_info": native.system_info,
+                            "specchat_system_info": ours, "same_build_features": native.system_info == ours}
     if reference:
         report["llama_cpp_python_prompt_lookup"] = reference
     if args.json:
@@ -209,33 +463,61 @@ def _reference_lookup(session: SpecSession, prompts: list[BenchPrompt], params: 
     """llama-cpp-python's own LlamaPromptLookupDecoding on the same prompts, for comparison."""
     from app.llama_backend import reference_prompt_lookup_tps
 
-    tokenized = {p.id: session.chat_prompt([{"role": "user", "content": p.prompt}]) for p in prompts}
+    tokenized = {p.id: session.chat_prompt(p.chat()) for p in prompts}
     return reference_prompt_lookup_tps(cfg.target, tokenized, params.n_predict, cfg.n_ctx, cfg.n_threads)
 
 
+def _same_column(r: BenchRun) -> str:
+    if r.identical:
+        return "yes"
+    d = r.divergence or {}
+    if r.engine != "specchat":
+        return "no (reply text differs)" if d.get("reply_text_known", True) else "unknown (reply not found)"
+    kind = "near-tie" if d.get("near_tie") else "REAL DIFFERENCE"
+    return f"no @{d.get('position')} ({kind}, margin {d.get('margin', float('nan')):.4f})"
+
+
+def _ratio(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
 def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
-    lines = [f"{'prompt':<16} {'mode':<7} {'tokens':>6} {'tok/s':>7} {'speedup':>8} {'accept':>7} "
-             f"{'identical':<28}"]
+    s = report["settings"]
+    lines = [f"tokens/s exclude prompt processing. SpecChat: {MEASUREMENT['specchat']}."]
+    if "native" in report:
+        lines += [f"llama.cpp plain: {MEASUREMENT['llama.cpp:plain']}.",
+                  f"llama.cpp speculative: {MEASUREMENT['llama.cpp:speculative']}.",
+                  f"Both: same files, -c {s['n_ctx']}, -t {report['native']['n_threads']}, flash attention "
+                  f"{'on' if s['flash_attn'] else 'off'}, CPU repacking {'on' if s['repack'] else 'off'}; "
+                  "vs cpp = ratio to llama.cpp plain in the same round."]
+        if not report["native"]["same_build_features"]:
+            lines.append(f"WARNING: the builds differ: llama.cpp {report['native']['system_info']!r}, "
+                         f"llama-cpp-python {report['native']['specchat_system_info']!r}.")
+    lines += [f"Medians over {s['repeat']} rounds (rotated order{', after a warm-up' if s['warmup'] else ''}); "
+              "vs none = ratio to SpecChat's none in the same round.", ""]
+    has_cpp = "native" in report
+    lines.append(f"{'prompt':<18} {'mode':<22} {'tokens':>6} {'tok/s':>7} {'vs none':>8} "
+                 + (f"{'vs cpp':>7} " if has_cpp else "") + f"{'accept':>7} {'acc/draft':>9} identical")
     for r in runs:
-        if r.identical:
-            same = "yes"
-        else:
-            d = r.divergence or {}
-            kind = "near-tie" if d.get("near_tie") else "REAL DIFFERENCE"
-            same = f"no @{d.get('position')} ({kind}, margin {d.get('margin', float('nan')):.4f})"
-        lines.append(f"{r.prompt_id:<16} {r.mode:<7} {r.tokens:>6} {r.tokens_per_second:>7.2f} "
-                     f"{r.speedup:>7.2f}x {r.acceptance_rate:>7.1%} {same:<28}")
+        counts = f"{r.accepted}/{r.drafted}" if r.drafted else ""
+        accept = f"{r.acceptance_rate:.1%}" if r.drafted else ""
+        lines.append(f"{r.prompt_id:<18} {r.mode:<22} {r.tokens:>6} {r.tokens_per_second:>7.2f} {r.speedup:>7.2f}x "
+                     + (f"{_ratio(r.speedup_vs_llama_cpp):>7} " if has_cpp else "")
+                     + f"{accept:>7} {counts:>9} {_same_column(r)}")
     lines.append("")
-    for mode, s in report["summary"].items():
-        lines.append(f"{mode:<7} median {s['median_tokens_per_second']:.2f} tok/s, median speedup "
-                     f"{s['median_speedup']:.2f}x (min {s['min_speedup']:.2f}x), identical {s['identical']}/"
-                     f"{s['prompts']}, engine overhead {s['median_engine_overhead']:.2%}")
+    for mode, m in report["summary"].items():
+        overhead = m["median_engine_overhead"]
+        lines.append(f"{mode:<22} median {m['median_tokens_per_second']:.2f} tok/s, vs none "
+                     f"{m['median_speedup']:.2f}x (min {m['min_speedup']:.2f}x)"
+                     + (f", vs llama.cpp plain {_ratio(m['median_speedup_vs_llama_cpp'])}" if has_cpp else "")
+                     + f", identical {m['identical']}/{m['prompts']}"
+                     + (f", engine overhead {overhead:.2%}" if overhead is not None else ""))
     ref = report.get("llama_cpp_python_prompt_lookup")
     if ref:
         lines.append("")
         lines.append("llama-cpp-python's own Llama (same prompts, greedy; first to last streamed token):")
         ours = {r.prompt_id: r.tokens_per_second for r in runs if r.mode == "lookup"}
         for prompt_id, row in ref.items():
-            lines.append(f"{prompt_id:<16} plain {row.get('plain', 0):.2f} tok/s, LlamaPromptLookupDecoding "
+            lines.append(f"{prompt_id:<18} plain {row.get('plain', 0):.2f} tok/s, LlamaPromptLookupDecoding "
                          f"{row.get('prompt_lookup', 0):.2f} tok/s; SpecChat lookup {ours.get(prompt_id, 0):.2f} tok/s")
     return "\n".join(lines)

@@ -11,8 +11,9 @@ from dataclasses import asdict
 from app import settings as settings_mod
 from app.cli.options import UserError, gen_params, pair_config, resolve_models
 from app.cli.render import TerminalRenderer, format_stats
+from app.engine.drafters import NEEDS_DRAFT
 from app.engine.events import FinishEvent, StepEvent
-from app.engine.session import SpecSession
+from app.engine.session import SpecSession, check_pair_or_raise
 
 
 def stats_json(finish: FinishEvent) -> dict[str, object]:
@@ -32,9 +33,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"specchat: warning: {warning}", file=sys.stderr)
     target, draft = resolve_models(args, settings)
     params = gen_params(args, settings, draft is not None)
-    if params.mode == "draft" and draft is None:
-        raise UserError("--mode draft needs a draft model (-md DRAFT.GGUF); --mode lookup speculates without one.")
-    if params.mode != "draft":
+    if params.mode in NEEDS_DRAFT and draft is None:
+        raise UserError(f"--mode {params.mode} needs a draft model (-md DRAFT.GGUF); --mode lookup speculates "
+                        "without one.")
+    if params.mode not in NEEDS_DRAFT and draft is not None:
+        if args.mode in (None, "auto"):
+            # "auto" chose prompt lookup: say so, and still refuse a draft that could never speculate.
+            check_pair_or_raise(target, draft)
+            print(f"specchat: note: mode auto runs {params.mode} on this build (the draft model loses to plain "
+                  "decoding on the CPU); --mode hybrid or draft uses it", file=sys.stderr)
         draft = None  # do not load a model that will not be used
     cfg = pair_config(args, settings, target, draft)
     renderer = TerminalRenderer(colour=not args.no_color and sys.stdout.isatty() or args.color,

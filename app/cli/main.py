@@ -50,13 +50,29 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
     add_generation_args(gen)
     gen.set_defaults(func=_cmd_generate)
 
-    bench = sub.add_parser("bench", help="plain vs lookup vs draft on a prompt suite, side by side")
-    bench.add_argument("--prompts", type=Path, help="JSONL file of {\"id\", \"prompt\"} objects")
+    bench = sub.add_parser("bench", help="plain vs lookup vs draft on a prompt suite, side by side",
+                           description="Every mode on every prompt, interleaved in rotated rounds after an untimed "
+                           "warm-up; medians and same-round ratios. --native DIR adds llama.cpp's own tools.")
+    bench.add_argument("--prompts", type=Path, help="JSONL file: {\"id\", \"kind\"?, \"n_predict\"?} with "
+                       "\"prompt\" (a string) or \"messages\" (a list of {\"role\", \"content\"})")
     bench.add_argument("--json", action="store_true")
-    bench.add_argument("--modes", default="none,lookup,draft", help="comma-separated modes (none is always run)")
-    bench.add_argument("--repeat", type=int, default=1, help="rounds per prompt; medians are reported")
+    bench.add_argument("--modes", default="none,lookup,hybrid,draft",
+                       help="comma-separated modes (none is always run; auto means lookup on a CPU build, "
+                       "hybrid on a GPU build)")
+    bench.add_argument("--repeat", type=int, default=3, help="timed rounds per prompt; medians are reported")
+    bench.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up round")
     bench.add_argument("--compare-llama-cpp-python", action="store_true",
                        help="also time llama-cpp-python's own LlamaPromptLookupDecoding on each prompt")
+    native = bench.add_argument_group("llama.cpp's own tools")
+    native.add_argument("--native", type=Path, metavar="DIR", help="folder holding llama-completion and "
+                        "llama-speculative-simple: run them on the same prompt tokens, in the same rounds")
+    native.add_argument("--native-modes", default="plain,draft-simple,ngram-simple,ngram-map-k",
+                        help="comma-separated llama.cpp modes (plain is always run)")
+    native.add_argument("--native-timeout", type=float, default=600.0, metavar="S",
+                        help="seconds one llama.cpp run may take")
+    native.add_argument("--native-args", default="", metavar="ARGS",
+                        help="extra arguments for every llama.cpp run, as one string: "
+                        "--native-args='--spec-ngram-simple-size-n 3'")
     add_model_args(bench)
     add_generation_args(bench)
     bench.set_defaults(func=_cmd_bench)

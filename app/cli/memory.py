@@ -139,7 +139,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     if data["nvml"] is None:
         print("NVML: not available (no NVIDIA driver, or nvidia-ml-py not installed: pip install specchat[nvidia])")
     else:
-        for g in data["nvml"]:
+        for g in data["nvml"]:  # type: ignore[attr-defined]
             print(f"NVML GPU {g['index']} {g['name']}: this process uses {_gib(g['used_bytes'])}")
     if data["budget"] == "ram":
         print("no GPU device: the memory meter budgets system RAM")

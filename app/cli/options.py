@@ -7,10 +7,12 @@ import argparse
 from pathlib import Path
 
 from app import settings as settings_mod
+from app.engine.drafters import CHOICES, auto_mode
 from app.engine.pair_config import PairConfig
 from app.engine.sampling import SamplingParams
 from app.engine.session import GenParams
-from app.engine.speculative import SpecParams
+from app.engine.speculative import STRICT_DRAFT_MAX, SpecParams
+from app.llama_backend import supports_gpu_offload
 from app.models.demo_pair import demo_pair_paths
 
 EXIT_BAD_INPUT = 2
@@ -30,18 +32,25 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     g.add_argument("--no-flash-attn", action="store_true", help="turn flash attention off")
     g.add_argument("--force", action="store_true", help="load even if the pair is predicted not to fit in memory")
-    g.add_argument("--repack", action="store_true", help="repack CPU weights: faster prompts, but verify "
-                   "batches then round differently from one-token steps (near-ties may flip)")
+    g.add_argument("--repack", action="store_true", help="repack CPU weights (llama.cpp's default and ours; "
+                   "kept for scripts): faster, but verify batches round differently from one-token steps, so "
+                   "greedy output may part from plain decoding at a near-tie")
+    g.add_argument("--strict", action="store_true", help="no CPU repacking and K <= 6, so verify batches use "
+                   "the one-token kernels: slower, for exactness checks")
 
 
 def add_generation_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("generation")
-    g.add_argument("--mode", choices=("draft", "lookup", "none"), help="drafting mode (default: draft with a draft "
-                   "model, else lookup)")
+    g.add_argument("--mode", choices=CHOICES, help="drafting mode: auto (hybrid on a GPU build with a draft "
+                   "model, else lookup), draft (the draft model), lookup (n-grams "
+                   "from the context), hybrid (n-gram copies where the context has them, else the draft model), "
+                   "none (plain); default: auto")
     g.add_argument("-n", "--n-predict", type=int, default=None, help="tokens to generate")
     g.add_argument("--draft-max", type=int, default=None, help="most tokens drafted per step (K)")
     g.add_argument("--draft-min", type=int, default=None, help="fewest tokens drafted before --draft-p-min may cut")
     g.add_argument("--draft-p-min", type=float, default=None, help="stop drafting below this draft confidence")
+    g.add_argument("--wide-verify", action="store_true", help="let K reach --draft-max even where verify "
+                   "batches then leave one-token decoding's kernels (CPU with repacking: K > 2); near-ties may flip")
     g.add_argument("--no-adapt", action="store_true", help="fixed K: the governor neither shrinks K nor stops drafting")
     g.add_argument("--temp", type=float, default=None, help="temperature (0: greedy, exact token-for-token)")
     g.add_argument("--top-k", type=int, default=None)
@@ -82,14 +91,17 @@ def pair_config(args: argparse.Namespace, settings: settings_mod.Settings, targe
         n_ctx=int(_pick(args.ctx_size, cfg.n_ctx)),  # type: ignore[call-overload]
         n_threads=int(_pick(args.threads, cfg.n_threads)),  # type: ignore[call-overload]
         flash_attn=cfg.flash_attn and not args.no_flash_attn,
-        repack=cfg.repack or args.repack,
+        repack=(cfg.repack or args.repack) and not args.strict,
         force=args.force,
     )
 
 
 def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_draft: bool) -> GenParams:
-    mode = args.mode or ("draft" if has_draft else "lookup")
     s = settings
+    mode = args.mode or s.mode
+    if mode == "auto":  # resolved here, so a draft model that "auto" will not use is not loaded
+        # A draft named on the command line is the user's choice: auto then drafts with it.
+        mode = "hybrid" if getattr(args, "model_draft", None) else auto_mode(has_draft, supports_gpu_offload())
     return GenParams(
         mode=mode,
         n_predict=int(_pick(args.n_predict, s.n_predict)),  # type: ignore[call-overload]
@@ -101,9 +113,11 @@ def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_dr
             args.seed if args.seed is not None else s.seed,
         ),
         spec=SpecParams(
-            draft_max=int(_pick(args.draft_max, s.draft_max)),  # type: ignore[call-overload]
+            draft_max=min(int(_pick(args.draft_max, s.draft_max)),  # type: ignore[call-overload]
+                          STRICT_DRAFT_MAX if s.strict or args.strict else 1 << 30),
             draft_min=int(_pick(args.draft_min, s.draft_min)),  # type: ignore[call-overload]
             p_min=float(_pick(args.draft_p_min, s.draft_p_min)),  # type: ignore[arg-type]
             adaptive=s.adaptive and not args.no_adapt,
+            one_token_kernels=not getattr(args, "wide_verify", False),
         ),
     )

@@ -74,6 +74,6 @@ def format_stats(stats: GenerationStats) -> str:
     for event in stats.governor:
         lines.append(f"governor at step {event.step}: {event.action} - {event.reason}")
     if stats.mode != "none" and not stats.speculation_active:
-        lines.append("speculation was turned off for the rest of this reply by the governor (see above)")
+        lines.append("speculation was off at the end of this reply: the governor turned it off (see above)")
     lines.append(f"finished: {stats.finish_reason}")
     return "\n".join(lines)

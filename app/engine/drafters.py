@@ -1,8 +1,9 @@
-"""Drafters: who proposes the next few tokens. One interface, three modes.
+"""Drafters: who proposes the next few tokens. One interface, four modes.
 
 - `draft`: a second, smaller GGUF with its own KV cache, kept in step with the reply and reused
   (never re-prefilled): only the tokens it has not seen yet are decoded before each draft.
-- `lookup`: prompt-lookup n-gram drafting from the context itself; costs almost nothing.
+- `lookup`: prompt-lookup n-gram drafting from the context itself (app/engine/ngram.py); costs almost nothing.
+- `hybrid`: the n-gram copy where the context holds a long match, the draft model elsewhere.
 - `none`: proposes nothing, so the engine runs plain decoding through the same code path.
 """
 
@@ -12,12 +13,21 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-
-from app.engine.sampling import Dist, SamplingParams, distribution, point_mass, top_prob
+from app.engine.ngram import NgramParams, PromptLookup
+from app.engine.sampling import Dist, SampleNoise, SamplingParams, distribution, point_mass, top_prob
 from app.llama_backend import LlamaContext
 
-MODES = ("draft", "lookup", "none")
+MODES = ("draft", "lookup", "hybrid", "none")
+NEEDS_DRAFT = ("draft", "hybrid")
+# "auto" (the default) picks by what pays on this build: with a GPU a verify pass of a few rows costs
+# about one token, so the draft model pays and hybrid adds free n-gram copies; on the CPU the draft
+# model costs about half a target step (docs/BENCHMARKS.md), so prompt lookup, which costs nothing, is
+# the mode that never loses there. The pick is shown (stats.mode, the banner), never silent.
+CHOICES = ("auto", *MODES)
+
+
+def auto_mode(has_draft: bool, gpu_offload: bool) -> str:
+    return "hybrid" if has_draft and gpu_offload else "lookup"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,11 +37,18 @@ class Draft:
     ms: float
 
 
+NO_DRAFT = Draft((), None, 0.0)
+
+
 class Drafter(Protocol):
     mode: str
     costs_time: bool  # False for drafters whose cost the governor may ignore
 
-    def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft: ...
+    def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Draft: ...
+
+    def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+        """A proposal that costs nothing to make (an n-gram copy), or an empty draft. The engine offers it to
+        the governor as a probe while drafting is off."""
 
     def prepare(self, context: list[int]) -> None:
         """Called once per reply before the first step (the model drafter prefills the prompt)."""
@@ -49,41 +66,50 @@ class _ModelFree:
     def prepare(self, context: list[int]) -> None:
         pass
 
+    def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+        return NO_DRAFT
+
 
 class NoDrafter(_ModelFree):
     mode = "none"
     costs_time = False
 
-    def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
+    def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Draft:
         return Draft((), None, 0.0)
 
 
 class LookupDrafter(_ModelFree):
-    """Find the most recent earlier occurrence of the context's last n-gram and propose what followed."""
+    """Prompt-lookup drafting from an n-gram index of the context (app/engine/ngram.py).
+
+    The index is built once per reply in `prepare` (keeping what it already holds of the same conversation) and
+    then only fed the tokens appended since the last step, so a step's cost does not grow with the context.
+    """
 
     mode = "lookup"
     costs_time = False
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
-        self.max_ngram = max_ngram
-        self.min_ngram = min_ngram
+    def __init__(self, params: NgramParams | None = None) -> None:
+        self.lookup = PromptLookup(params)
 
-    def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
+    def prepare(self, context: list[int]) -> None:
+        self.lookup.prepare(context)
+
+    def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Draft:
+        return self.propose_free(context, k, sampling)
+
+    def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         start = time.perf_counter()
-        tokens = self._match(np.asarray(context, dtype=np.int64), k) if k > 0 else ()
-        q = tuple(point_mass(t) for t in tokens) if not sampling.greedy else None
-        return Draft(tokens, q, (time.perf_counter() - start) * 1000.0)
+        proposal = self.lookup.propose(context, k)
+        tokens = proposal.tokens if proposal is not None else ()
+        if proposal is not None and tokens:
+            self.lookup.commit(proposal)
+        return _point_draft(tokens, sampling, start)
 
-    def _match(self, ctx: np.ndarray, k: int) -> tuple[int, ...]:
-        n_ctx = ctx.size
-        for n in range(min(self.max_ngram, n_ctx - 1), self.min_ngram - 1, -1):
-            pattern = ctx[n_ctx - n :]
-            windows = np.lib.stride_tricks.sliding_window_view(ctx[: n_ctx - 1], n)
-            hits = np.flatnonzero((windows == pattern).all(axis=1))
-            if hits.size:
-                follow = int(hits[-1]) + n
-                return tuple(int(t) for t in ctx[follow : follow + k])
-        return ()
+
+def _point_draft(tokens: tuple[int, ...], sampling: SamplingParams, start: float) -> Draft:
+    """A deterministic draft: its 'distributions' are point masses (what speculative sampling needs)."""
+    q = tuple(point_mass(t) for t in tokens) if not sampling.greedy else None
+    return Draft(tokens, q, (time.perf_counter() - start) * 1000.0)
 
 
 class ModelDrafter:
@@ -96,21 +122,28 @@ class ModelDrafter:
         self.ctx = ctx
         self.p_min = p_min
         self.draft_min = draft_min
+        self._agreed = 0
 
     @property
     def native_ms(self) -> float:
         return self.ctx.native_ms
 
+    def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+        return NO_DRAFT
+
     def prepare(self, context: list[int]) -> None:
+        self._agreed = 0  # a new reply: compare the whole cache once
         self.sync(context)
 
     def sync(self, context: list[int]) -> None:
         """Bring the draft cache to `context`: keep the common prefix, decode only the rest."""
         # The last token is decoded again even when cached: its logits are what the draft starts from.
-        common = self.ctx.keep_common_prefix(context[:-1])
+        common = self.ctx.keep_common_prefix(context[:-1], known=self._agreed)
         self.ctx.decode(context[common:], logits_for="last")
+        # Within a reply the context only grows, so what agrees now still agrees at the next step.
+        self._agreed = len(context)
 
-    def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
+    def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Draft:
         start = time.perf_counter()
         if k <= 0:
             return Draft((), None, 0.0)
@@ -124,7 +157,8 @@ class ModelDrafter:
                 token, confidence = top_prob(logits)
             else:
                 q = distribution(logits, sampling)
-                token, confidence = q.sample(rng), float(q.probs[0])
+                # The target samples this position with the same noise, so its choice matches when p ~ q.
+                token, confidence = noise.sample(q, len(context) + i), float(q.probs[0])
                 dists.append(q)
             if i >= self.draft_min and confidence < self.p_min:
                 if not sampling.greedy:
@@ -136,3 +170,46 @@ class ModelDrafter:
             self.ctx.decode([token], logits_for="last")
         q_out = tuple(dists) if not sampling.greedy else None
         return Draft(tuple(tokens), q_out, (time.perf_counter() - start) * 1000.0)
+
+
+class HybridDrafter:
+    """The draft model, except where the context already holds the continuation: then a free n-gram copy.
+
+    The n-gram draft is taken when its match is long (at least `min_match` tokens of context agree with its
+    source: a running copy or a long key that passed its support thresholds), else the model drafts. A skipped
+    step costs the model only a catch-up: ModelDrafter.sync decodes the tokens it missed in one batch.
+    """
+
+    mode = "hybrid"
+    costs_time = True
+
+    def __init__(self, model: ModelDrafter, lookup: PromptLookup | None = None, min_match: int = 4) -> None:
+        self.model = model
+        self.lookup = lookup or PromptLookup()
+        self.min_match = min_match
+
+    @property
+    def native_ms(self) -> float:
+        return self.model.native_ms
+
+    def prepare(self, context: list[int]) -> None:
+        self.model.prepare(context)
+        self.lookup.prepare(context)
+
+    def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Draft:
+        start = time.perf_counter()
+        proposal = self.lookup.propose(context, k)
+        if proposal is not None and proposal.tokens and proposal.match >= self.min_match:
+            self.lookup.commit(proposal)
+            return _point_draft(proposal.tokens, sampling, start)
+        draft = self.model.propose(context, k, sampling, noise)
+        return Draft(draft.tokens, draft.q, (time.perf_counter() - start) * 1000.0)
+
+    def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+        """While the governor has the draft model off, hybrid still offers n-gram copies, as lookup does."""
+        start = time.perf_counter()
+        proposal = self.lookup.propose(context, k)
+        if proposal is None or not proposal.tokens:
+            return NO_DRAFT
+        self.lookup.commit(proposal)
+        return _point_draft(proposal.tokens, sampling, start)

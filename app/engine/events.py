@@ -45,7 +45,7 @@ class StepEvent:
 @dataclass(frozen=True, slots=True)
 class GovernorEvent:
     step: int
-    action: str  # "shrink", "grow", "disable"
+    action: str  # "shrink", "grow", "disable" (drafting off), "enable" (a probe showed drafting pays again)
     k_before: int
     k_after: int
     reason: str
@@ -85,7 +85,7 @@ class GenerationStats:
     governor: tuple[GovernorEvent, ...]
     finish_reason: str  # "stop" (end of generation), "length", "cancelled", "context"
     final_k: int
-    speculation_active: bool  # False when the governor turned drafting off for the rest of the reply
+    speculation_active: bool  # False when the governor had drafting off at the end of the reply
     python_ms: float = 0.0  # decode time spent outside llama_decode (both models): the engine's overhead
 
 

@@ -38,8 +38,8 @@ class LiveStats:
             self._step(event)
         elif isinstance(event, GovernorEvent):
             self.governor = event
-            if event.action == "disable":
-                self.speculation_active = False
+            if event.action in ("disable", "enable"):
+                self.speculation_active = event.action == "enable"
         elif isinstance(event, FinishEvent):
             self.finish(event.stats)
 

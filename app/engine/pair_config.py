@@ -20,5 +20,5 @@ class PairConfig:
     flash_attn: bool = True
     type_k: str = "f16"
     type_v: str = "f16"
-    repack: bool = False  # see ModelConfig.repack: off keeps verify batches bit-exact on CPU
+    repack: bool = True  # see ModelConfig.repack: llama.cpp's default; off (strict) keeps verify batches bit-exact
     force: bool = False  # load even when the memory prediction says the pair will not fit

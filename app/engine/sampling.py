@@ -1,8 +1,15 @@
-"""Sampling transforms and the speculative acceptance rule, on numpy arrays.
+"""Sampling transforms and coupled sampling, on numpy arrays.
 
 Order follows llama.cpp's default chain: top-k, top-p and min-p on the temperature-1 softmax, then
-temperature. Target (p) and draft (q) go through the same transforms, so min(1, p/q) compares like
-with like (Leviathan et al. 2023; Chen et al. 2023).
+temperature. Target (p) and draft (q) go through the same transforms.
+
+Sampling is *coupled* (Gumbel-max / exponential race, as in drafter-invariant speculative decoding,
+Daliri et al. 2024): token v at sequence position i gets one uniform number u(seed, i, v), and a
+distribution d samples argmax_v d(v) / -log u(seed, i, v). The target and the draft use the same
+numbers, so a draft token is accepted when the target's own sample equals it (llama.cpp's
+sample-and-accept). Every emitted token is the target's own sample from p, so the output follows
+the target's distribution exactly, and the same seed gives the same reply whatever the drafter
+proposed and whatever K the governor picked: it is the reply plain decoding gives with that seed.
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ class SamplingParams:
 
 @dataclass(frozen=True, slots=True)
 class Dist:
-    """A sparse distribution: token ids sorted by falling probability, and their probabilities."""
+    """A sparse distribution: token ids (the most likely first; sorted unless it is the whole vocabulary)
+    and their probabilities."""
 
     ids: np.ndarray
     probs: np.ndarray
@@ -43,9 +51,6 @@ class Dist:
     def prob(self, token: int) -> float:
         hit = np.flatnonzero(self.ids == token)
         return float(self.probs[hit[0]]) if hit.size else 0.0
-
-    def sample(self, rng: np.random.Generator) -> int:
-        return int(self.ids[_draw(self.probs, rng)])
 
 
 def point_mass(token: int) -> Dist:
@@ -58,20 +63,16 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def _draw(probs: np.ndarray, rng: np.random.Generator) -> int:
-    cdf = np.cumsum(probs)
-    index = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-    return min(index, probs.size - 1)
-
-
 def distribution(logits: np.ndarray, params: SamplingParams) -> Dist:
     n = logits.shape[0]
-    k = params.top_k if 0 < params.top_k < n else n
-    ids = np.argpartition(logits, n - k)[n - k :] if k < n else np.arange(n)
-    values = logits[ids].astype(np.float64)
-    order = np.argsort(-values, kind="stable")
-    ids, values = ids[order], values[order]
-    probs = _softmax(values)
+    if 0 < params.top_k < n:
+        ids = np.argpartition(logits, n - params.top_k)[n - params.top_k :]
+        values = logits[ids].astype(np.float64)
+        order = np.argsort(-values, kind="stable")
+        ids, values = ids[order], values[order]
+        probs = _softmax(values)  # top-p and min-p act on the top-k set, renormalised (llama.cpp)
+    else:
+        ids, values, probs = _whole_vocabulary(logits, params)
     keep = ids.size
     if params.top_p < 1.0:
         keep = min(keep, int(np.searchsorted(np.cumsum(probs), params.top_p, side="left")) + 1)
@@ -81,6 +82,38 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Dist:
     ids, values = ids[:keep], values[:keep]
     temperature = params.temperature if params.temperature > 0 else 1.0
     return Dist(ids.astype(np.int64), _softmax(values / temperature))
+
+
+def _whole_vocabulary(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Candidates, logits and whole-vocabulary probabilities without sorting all 152k tokens (~20 ms):
+    only the prefix that top-p or min-p can keep is sorted; with neither, the best comes first only."""
+    x = logits.astype(np.float64)
+    top = float(x.max())
+    weights = np.exp(x - top)
+    total = float(weights.sum())
+    if params.min_p > 0.0:
+        ids = np.flatnonzero(x >= top + np.log(params.min_p))  # p >= min_p * p_max
+    elif params.top_p < 1.0:
+        ids = _top_p_prefix(weights, total, params.top_p)
+    else:
+        ids = np.arange(x.size)
+        best = int(np.argmax(x))
+        ids[0], ids[best] = best, 0  # unsorted, but Dist.probs[0] must be the most likely token
+        return ids, x[ids], weights[ids] / total
+    order = np.argsort(-x[ids], kind="stable")
+    ids = ids[order]
+    return ids, x[ids], weights[ids] / total
+
+
+def _top_p_prefix(weights: np.ndarray, total: float, top_p: float) -> np.ndarray:
+    """The smallest set of most likely tokens whose mass reaches top_p, by growing partial selections."""
+    n = weights.size
+    m = min(256, n)
+    while True:
+        ids = np.argpartition(weights, n - m)[n - m :]
+        if m == n or float(weights[ids].sum()) >= top_p * total:
+            return ids
+        m = min(n, m * 8)
 
 
 def top_prob(logits: np.ndarray) -> tuple[int, float]:
@@ -96,27 +129,41 @@ def top_two_margin(logits: np.ndarray) -> float:
     return float(abs(two[1] - two[0]))
 
 
-def speculative_accept(p: Dist, q: Dist, x: int, rng: np.random.Generator) -> tuple[bool, int]:
-    """Accept draft token x ~ q with probability min(1, p(x)/q(x)); otherwise resample.
-
-    Returns (accepted, token). On rejection the token comes from normalize(max(0, p - q)), which
-    makes the emitted token exactly p-distributed whatever q was.
-    """
-    px, qx = p.prob(x), q.prob(x)
-    if qx <= 0.0:
-        raise ValueError(f"draft token {x} has zero draft probability: the drafter did not sample from q")
-    if rng.random() < min(1.0, px / qx):
-        return True, x
-    q_on_p = np.array([q.prob(int(t)) for t in p.ids]) if q.ids.size < 64 else _lookup(q, p.ids)
-    residual = np.maximum(p.probs - q_on_p, 0.0)
-    if residual.sum() <= 0.0:  # p == q up to rounding: a rejection had probability ~0
-        return False, p.sample(rng)
-    return False, int(p.ids[_draw(residual, rng)])
+_MASK = (1 << 64) - 1
 
 
-def _lookup(q: Dist, ids: np.ndarray) -> np.ndarray:
-    order = np.argsort(q.ids)
-    sorted_ids = q.ids[order]
-    pos = np.clip(np.searchsorted(sorted_ids, ids), 0, sorted_ids.size - 1)
-    found = sorted_ids[pos] == ids
-    return np.where(found, q.probs[order][pos], 0.0)
+def _mix(x: int) -> int:
+    """splitmix64's finaliser on a Python int: a well-spread 64-bit key from (seed, position)."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK
+    return x ^ (x >> 31)
+
+
+@dataclass(frozen=True, slots=True)
+class SampleNoise:
+    """The reply's random numbers, one per (position, token id): a pure function of the seed, so they
+    do not depend on how many tokens were drafted or in which order rows were judged."""
+
+    seed: int
+
+    @staticmethod
+    def fresh() -> SampleNoise:
+        return SampleNoise(int(np.random.default_rng().integers(0, 1 << 63)))
+
+    def uniforms(self, position: int, ids: np.ndarray) -> np.ndarray:
+        key = np.uint64(_mix((_mix(self.seed & _MASK) + position * 0x9E3779B97F4A7C15) & _MASK))
+        x = ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + key  # wraps mod 2^64, as intended
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+        return ((x >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)  # in (0, 1)
+
+    def sample(self, dist: Dist, position: int) -> int:
+        """The exponential race: argmax d(v) / E_v with E_v = -log u(v) ~ Exp(1) picks v with probability
+        d(v); with the same u, distributions that are close pick the same token."""
+        if dist.ids.size == 1:
+            return int(dist.ids[0])
+        race = dist.probs / -np.log(self.uniforms(position, dist.ids))
+        return int(dist.ids[int(np.argmax(race))])

@@ -9,13 +9,30 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from app.engine.drafters import MODES, Drafter, LookupDrafter, ModelDrafter, NoDrafter
+from app.engine.drafters import (
+    CHOICES,
+    MODES,
+    NEEDS_DRAFT,
+    Drafter,
+    HybridDrafter,
+    LookupDrafter,
+    ModelDrafter,
+    NoDrafter,
+    auto_mode,
+)
 from app.engine.events import Event
 from app.engine.memory_plan import check_fits
 from app.engine.pair_config import PairConfig
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import SpecEngine, SpecParams
-from app.llama_backend import ContextConfig, LlamaContext, LlamaError, LlamaModel, ModelConfig
+from app.llama_backend import (
+    ContextConfig,
+    LlamaContext,
+    LlamaError,
+    LlamaModel,
+    ModelConfig,
+    supports_gpu_offload,
+)
 from app.models import chat_template
 from app.models.pair_doctor import check_pair
 
@@ -64,26 +81,37 @@ class SpecSession:
 
     @property
     def available_modes(self) -> tuple[str, ...]:
-        return MODES if self.draft_ctx is not None else ("lookup", "none")
+        return MODES if self.draft_ctx is not None else tuple(m for m in MODES if m not in NEEDS_DRAFT)
+
+    @property
+    def auto_mode(self) -> str:
+        """What mode "auto" runs on this session (see drafters.CHOICES)."""
+        return auto_mode(self.draft_ctx is not None, supports_gpu_offload())
 
     def _engine(self, mode: str, spec: SpecParams) -> SpecEngine:
-        if mode not in MODES:
-            raise ValueError(f"Unknown mode {mode!r}: use one of {', '.join(MODES)}.")
-        if mode == "draft" and self.draft_ctx is None:
-            raise LlamaError("Mode 'draft' needs a draft model (-md). Use --mode lookup to speculate without one.")
+        if mode not in CHOICES:
+            raise ValueError(f"Unknown mode {mode!r}: use one of {', '.join(CHOICES)}.")
+        if mode == "auto":
+            mode = self.auto_mode
+        if mode in NEEDS_DRAFT and self.draft_ctx is None:
+            raise LlamaError(f"Mode {mode!r} needs a draft model (-md). Use --mode lookup to speculate without one.")
         engine = self._engines.get(mode)
         if engine is None:
             drafter: Drafter
-            if mode == "draft":
+            if mode in NEEDS_DRAFT:
                 assert self.draft_ctx is not None
-                drafter = ModelDrafter(self.draft_ctx)
+                # One ModelDrafter per session would be cleaner, but each engine owns its drafter; both
+                # sync the shared draft context from its recorded tokens, so they never disagree.
+                model = ModelDrafter(self.draft_ctx)
+                drafter = model if mode == "draft" else HybridDrafter(model)
             else:
                 drafter = {"none": NoDrafter, "lookup": LookupDrafter}[mode]()
             # All engines share one target context, which records what its cache holds.
             engine = SpecEngine(self.target_ctx, drafter)
             self._engines[mode] = engine
-        if isinstance(engine.drafter, ModelDrafter):
-            engine.drafter.p_min, engine.drafter.draft_min = spec.p_min, spec.draft_min
+        model_drafter = engine.drafter.model if isinstance(engine.drafter, HybridDrafter) else engine.drafter
+        if isinstance(model_drafter, ModelDrafter):
+            model_drafter.p_min, model_drafter.draft_min = spec.p_min, spec.draft_min
         return engine
 
     def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:

@@ -17,21 +17,28 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.engine.acceptance import AcceptanceTally
-from app.engine.drafters import Draft, Drafter
+from app.engine.drafters import NO_DRAFT, Draft, Drafter
 from app.engine.events import Event, FinishEvent, GenerationStats, StepEvent, TokenEvent, TokenFate
 from app.engine.governor import Governor
-from app.engine.sampling import SamplingParams, distribution, speculative_accept, top_two_margin
+from app.engine.sampling import SampleNoise, SamplingParams, distribution, top_two_margin
 from app.llama_backend import ContextFullError, LlamaContext
+
+# In strict mode (no repacking) K <= 6 keeps a verify batch at 7 rows, the largest that ran the same
+# kernels as one-token decoding on the CPU backend (see ModelConfig.repack).
+STRICT_DRAFT_MAX = 6
 
 
 @dataclass(frozen=True, slots=True)
 class SpecParams:
-    # K: the most tokens drafted per step. 6 keeps a verify batch at 7 rows, the largest that is
-    # bit-identical to one-token decoding on the CPU backend (see ModelConfig.repack).
+    # K: the most tokens drafted per step (the governor picks K <= draft_max).
     draft_max: int = 6
     draft_min: int = 0  # never cut a draft for low confidence before this many tokens
     p_min: float = 0.75  # stop drafting when the draft's top probability falls below this
     adaptive: bool = True  # let the governor change K and turn drafting off when it loses
+    # Keep verify batches within the rows that run one-token decoding's kernels (the model's
+    # one_token_kernel_rows: K <= 2 on the CPU with repacked weights), so greedy speculation parts
+    # from plain decoding only at the rarest near-ties. On this CPU small K is also the fastest.
+    one_token_kernels: bool = True
     k_start: int = 3  # first K when adaptive: a cheap first draft while the governor measures
 
 
@@ -79,8 +86,11 @@ class SpecEngine:
             raise ContextFullError(len(prompt) + 1, n_ctx)
         # K + 1 rows must fit one batch: llama.cpp aborts the whole process otherwise.
         k_max = 0 if self.drafter.mode == "none" else min(spec.draft_max, self.target.max_rows - 1)
+        exact_rows = self.model.one_token_kernel_rows
+        if spec.one_token_kernels and exact_rows is not None:
+            k_max = min(k_max, exact_rows - 1)
         governor = Governor(k_max, spec.k_start, spec.adaptive)
-        rng = np.random.default_rng(sampling.seed)
+        noise = SampleNoise(sampling.seed) if sampling.seed is not None else SampleNoise.fresh()
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
         t_start = time.perf_counter()
@@ -109,13 +119,20 @@ class SpecEngine:
                 if room < 0:
                     finish = "context"
                     break
-                k = min(governor.current_k(), room, n_predict - len(emitted) - 1)
-                draft = self.drafter.propose(context, k, sampling, rng) if k > 0 else Draft((), None, 0.0)
+                limit = min(room, n_predict - len(emitted) - 1)
+                k = min(governor.current_k(), limit)
+                draft = self.drafter.propose(context, k, sampling, noise) if k > 0 else NO_DRAFT
+                if k == 0 and k_max > 0 and not governor.enabled and limit > 0:
+                    # Drafting is off, but the drafter may hold a free copy (an n-gram match): verifying it
+                    # costs only the extra rows, so the governor may take it as a probe.
+                    offer = self.drafter.propose_free(context, min(k_max, limit), sampling)
+                    if governor.free_probe(len(offer.tokens)):
+                        draft, k = offer, len(offer.tokens)
                 n_before = self.target.n_past
                 t_verify = time.perf_counter()
                 self.target.decode([context[-1], *draft.tokens], logits_for="all")
                 verify_ms = (time.perf_counter() - t_verify) * 1000.0
-                out, accepted = self._verify(draft, sampling, rng, track_margins, margins)
+                out, accepted = self._verify(draft, sampling, noise, len(context), track_margins, margins)
                 # Roll back: keep the last context token and the accepted drafts, drop the rejected rows.
                 self.target.truncate(n_before + 1 + accepted)
 
@@ -125,7 +142,7 @@ class SpecEngine:
                 tally.draft_ms += draft.ms
                 tally.verify_ms += verify_ms
                 event = governor.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens), accepted,
-                                         draft.ms, self.drafter.costs_time)
+                                         draft.ms, self.drafter.costs_time, k_asked=k)
 
                 keep: list[tuple[int, TokenFate, float | None, float | None]] = []
                 for item in out:
@@ -164,35 +181,32 @@ class SpecEngine:
         yield FinishEvent("".join(text_parts), tuple(prompt), tuple(emitted), stats,
                           tuple(margins[: len(emitted)]))
 
-    def _verify(self, draft: Draft, sampling: SamplingParams, rng: np.random.Generator, track_margins: bool,
+    def _verify(self, draft: Draft, sampling: SamplingParams, noise: SampleNoise, position: int, track_margins: bool,
                 margins: list[float]) -> tuple[list[tuple[int, TokenFate, float | None, float | None]], int]:
+        """Judge the draft row by row: row i's own choice (argmax, or the coupled sample for sequence
+        position `position + i`) is emitted; the draft token is accepted when it equals that choice."""
         out: list[tuple[int, TokenFate, float | None, float | None]] = []
         n = len(draft.tokens)
         for i in range(n + 1):
             logits = self.target.logits(i)
             if track_margins:
                 margins.append(top_two_margin(logits))
+            p_choice: float | None = None
+            q_choice: float | None = None
             if sampling.greedy:
                 choice = int(np.argmax(logits))
-                if i < n and choice == draft.tokens[i]:
-                    out.append((choice, TokenFate.ACCEPTED, None, None))
-                    continue
-                fate = TokenFate.CORRECTED if i < n else (TokenFate.BONUS if n else TokenFate.TARGET)
-                out.append((choice, fate, None, None))
-                return out, i
-            p = distribution(logits, sampling)
-            if i < n:
-                assert draft.q is not None
-                q = draft.q[i]
-                token = draft.tokens[i]
-                ok, choice = speculative_accept(p, q, token, rng)
-                if ok:
-                    out.append((choice, TokenFate.ACCEPTED, p.prob(choice), q.prob(choice)))
-                    continue
-                out.append((choice, TokenFate.CORRECTED, p.prob(choice), q.prob(choice)))
-                return out, i
-            choice = p.sample(rng)
-            out.append((choice, TokenFate.BONUS if n else TokenFate.TARGET, p.prob(choice), None))
+            else:
+                p = distribution(logits, sampling)
+                choice = noise.sample(p, position + i)
+                p_choice = p.prob(choice)
+                if i < n and draft.q is not None:
+                    q_choice = draft.q[i].prob(choice)
+            if i < n and choice == draft.tokens[i]:
+                out.append((choice, TokenFate.ACCEPTED, p_choice, q_choice))
+                continue
+            fate = TokenFate.CORRECTED if i < n else (TokenFate.BONUS if n else TokenFate.TARGET)
+            out.append((choice, fate, p_choice, q_choice))
+            return out, i
         return out, n
 
     def _stats(self, tally: _Tally, governor: Governor, k_max: int, n_prompt: int, n_prefilled: int,
@@ -219,7 +233,7 @@ class SpecEngine:
             accepted_length_histogram=tuple(acc.histogram) if acc.drafted else (),
             governor=tuple(governor.events),
             finish_reason=finish,
-            final_k=governor.current_k(),
+            final_k=governor.active_k,
             speculation_active=governor.enabled,
             python_ms=python_ms,
         )

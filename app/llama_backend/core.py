@@ -85,11 +85,12 @@ class ModelConfig:
     path: Path
     n_gpu_layers: int = -1  # -1: all layers (llama.cpp keeps them on the CPU when no GPU backend exists)
     use_mmap: bool = True
-    # CPU weight repacking (llama.cpp's extra buffer types) speeds up prompt processing, but its
-    # kernels switch at 4 rows, so a verify batch and a one-token step round differently (logits
-    # apart by up to ~0.6 on the demo pair). Without it, batches of up to 7 rows are bit-identical
-    # to one-token decoding on this CPU, so greedy speculation reproduces plain decoding exactly.
-    repack: bool = False
+    # CPU weight repacking (llama.cpp's extra buffer types, its default) speeds up prompt processing
+    # and one-token decoding, but its kernels switch at 4 rows, so a verify batch and a one-token step
+    # round differently and greedy speculation may part from plain decoding at a near-tie (detected
+    # and reported with its margin). Off ("strict"), batches of up to 7 rows use the same kernels as
+    # one-token decoding on the CPU backend.
+    repack: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +159,19 @@ class LlamaModel:
         for token in range(self.n_vocab):
             if llama_cpp.llama_vocab_is_eog(self._vocab, token):
                 self._eog[token] = True
+
+    @property
+    def one_token_kernel_rows(self) -> int | None:
+        """Most rows a batch may have and still run the kernels of one-token decoding, where known.
+
+        On the CPU backend repacked weights switch from gemv to a 4-row gemm at 4 rows
+        (ggml-cpu/repack.cpp), which rounds differently (logits apart by up to ~0.4 on the demo
+        pair); without repacking, batches of up to 7 rows matched one-token decoding here. GPU
+        kernels have their own switches, not measured yet: None.
+        """
+        if self.config.n_gpu_layers != 0 and supports_gpu_offload():
+            return None
+        return 3 if self.config.repack else 7
 
     @property
     def handle(self) -> llama_cpp.llama_model_p:
@@ -295,6 +309,9 @@ class LlamaContext:
             batch.n_tokens = len(chunk)
             t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(self._ctx, batch)
+            # On GPU backends llama_decode only queues the work; the wait would otherwise fall into
+            # the first llama_get_logits_ith, outside every timer, and verify steps would look free.
+            llama_cpp.llama_synchronize(self._ctx)
             self.native_ms += (time.perf_counter() - t0) * 1000.0
             if rc != 0:
                 # Leave the cache as it was before this chunk: the caller's view stays consistent.
@@ -329,10 +346,14 @@ class LlamaContext:
     def n_past(self) -> int:
         return len(self.tokens)
 
-    def keep_common_prefix(self, tokens: Sequence[int]) -> int:
-        """Drop the cache beyond its longest common prefix with `tokens`; return that prefix length."""
-        common = 0
+    def keep_common_prefix(self, tokens: Sequence[int], known: int = 0) -> int:
+        """Drop the cache beyond its longest common prefix with `tokens`; return that prefix length.
+
+        `known`: the caller vouches that the first `known` positions already agree (the reply only
+        appended since then), so a step compares a few tokens, not the whole context.
+        """
         limit = min(len(self.tokens), len(tokens))
+        common = min(known, limit)
         while common < limit and self.tokens[common] == tokens[common]:
             common += 1
         self.truncate(common)

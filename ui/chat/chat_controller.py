@@ -28,7 +28,7 @@ class ChatController(QObject):
     busyChanged = Signal(bool)
     replyFinished = Signal(bool)  # a reply or comparison has ended and is rendered; False after an error
     conversationsChanged = Signal()
-    governorDisabled = Signal(object)  # GovernorEvent
+    governorSwitched = Signal(object)  # GovernorEvent: drafting turned off or back on
 
     def __init__(
         self,
@@ -148,8 +148,8 @@ class ChatController(QObject):
             self.compare.append(name, events)
         self.stats.apply(events)
         for event in events:
-            if isinstance(event, GovernorEvent) and event.action == "disable":
-                self.governorDisabled.emit(event)
+            if isinstance(event, GovernorEvent) and event.action in ("disable", "enable"):
+                self.governorSwitched.emit(event)
 
     @Slot(str, object)
     def _on_worker_finished(self, name: str, finish: FinishEvent) -> None:

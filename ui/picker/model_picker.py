@@ -111,7 +111,7 @@ class ModelPickerDialog(QDialog):
         self._choice: PickerChoice | None = None
         if build is None or device_budgets is None:
             build, device_budgets = detect_devices()
-        if not self._settings.repack:  # llama.cpp only repacks CPU weights when asked to (as the worker does)
+        if self._settings.strict:  # strict loads without CPU repacking (as the worker does)
             build = replace(build, repack_types=frozenset())
 
         self.targets = ModelList("target")

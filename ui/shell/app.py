@@ -60,8 +60,10 @@ def settings_with_args(settings: Settings, args: argparse.Namespace) -> Settings
         change["adaptive"] = False
     if args.no_flash_attn:
         change["flash_attn"] = False
-    if args.repack:
-        change["repack"] = True
+    if args.strict:
+        change["strict"] = True
+    elif args.repack:
+        change["strict"] = False
     if args.compare:
         change["compare"] = True
     return replace(settings, **change)

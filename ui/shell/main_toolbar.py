@@ -5,9 +5,8 @@ from __future__ import annotations
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QComboBox, QLabel, QToolBar, QWidget
 
+from app.engine.drafters import CHOICES
 from app.settings import Settings
-
-MODES = ("draft", "lookup", "none")
 
 
 class MainToolBar(QToolBar):
@@ -27,8 +26,10 @@ class MainToolBar(QToolBar):
         self.search_action = self._action("Search chats", "Ctrl+F")
         self.quit_action = self._action("Quit", QKeySequence.StandardKey.Quit)
         self.mode_box = QComboBox()
-        self.mode_box.addItems(MODES)
-        self.mode_box.setToolTip("draft: a draft model proposes tokens · lookup: n-grams from the context · "
+        self.mode_box.addItems(CHOICES)
+        self.mode_box.setToolTip("auto: hybrid with a GPU and a draft model, else lookup · "
+                                 "draft: a draft model proposes tokens · hybrid: n-gram copies from the context "
+                                 "where it has them, else the draft model · lookup: n-grams from the context · "
                                  "none: plain decoding")
         self.mode_box.setCurrentText(settings.mode)
         self.addAction(self.models_action)

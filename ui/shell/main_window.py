@@ -28,8 +28,10 @@ from PySide6.QtWidgets import (
 
 from app import settings as settings_mod
 from app.chat.conversations import ChatStore
+from app.engine.drafters import CHOICES, NEEDS_DRAFT, auto_mode
 from app.engine.events import GovernorEvent
 from app.engine.session import GenParams
+from app.llama_backend import supports_gpu_offload
 from app.settings import Settings
 from ui.base.message_bar import MessageBar
 from ui.base.worker import GenerationWorker, LoadInfo
@@ -155,7 +157,7 @@ class MainWindow(QMainWindow):
         self.controller.conversationsChanged.connect(self._on_controller_conversationsChanged)
         self.controller.busyChanged.connect(self._on_controller_busyChanged)
         self.controller.replyFinished.connect(self._on_controller_replyFinished)
-        self.controller.governorDisabled.connect(self._on_controller_governorDisabled)
+        self.controller.governorSwitched.connect(self._on_controller_governorSwitched)
         self.legend.coloursToggled.connect(self._on_legend_coloursToggled)
         self.legend.ghostsToggled.connect(self._on_legend_ghostsToggled)
         self.banner.actionTriggered.connect(self._on_banner_actionTriggered)
@@ -198,9 +200,9 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _on_models_modelsLoaded(self, info: LoadInfo) -> None:
-        item = self.mode_box.model().item(0)  # "draft" needs a draft model
-        item.setEnabled(self.models.has_draft)
-        if not self.models.has_draft and self.mode_box.currentText() == "draft":
+        for mode in NEEDS_DRAFT:
+            self.mode_box.model().item(CHOICES.index(mode)).setEnabled(self.models.has_draft)
+        if not self.models.has_draft and self.mode_box.currentText() in NEEDS_DRAFT:
             self._auto_mode = True  # a fallback for this pair, not the user's new preference
             self.mode_box.setCurrentText("lookup")
             self._auto_mode = False
@@ -245,7 +247,7 @@ class MainWindow(QMainWindow):
         if not self.compare_action.isChecked():
             return [("chat", params)]
         if mode == "none":
-            params = params.with_mode("draft" if self.models.has_draft else "lookup")
+            params = params.with_mode("auto")
         plain = replace(self.settings.gen_params("none"), track_margins=True)
         return [("plain", plain), ("spec", params)]
 
@@ -288,7 +290,7 @@ class MainWindow(QMainWindow):
         self.generationFinished.emit(ok)
 
     @Slot(object)
-    def _on_controller_governorDisabled(self, event: GovernorEvent) -> None:
+    def _on_controller_governorSwitched(self, event: GovernorEvent) -> None:
         self.banner_governor = event
         self._update_banner()
 
@@ -296,15 +298,21 @@ class MainWindow(QMainWindow):
         if self.loaded is None and not self.models.incompatible:
             self.banner.hide()
             return
-        self.banner.set_state(SpecState(self.mode_box.currentText(), self.models.has_draft, self.models.incompatible,
-                                        self.banner_governor))
+        mode = self.mode_box.currentText()
+        if mode == "auto":
+            mode = auto_mode(self.models.has_draft, supports_gpu_offload())
+            auto = True
+        else:
+            auto = False
+        self.banner.set_state(SpecState(mode, self.models.has_draft, self.models.incompatible,
+                                        self.banner_governor, auto=auto))
 
     @Slot(str)
     def _on_banner_actionTriggered(self, key: str) -> None:
         if key == "picker":
             self.open_picker()
         elif key == "speculate":
-            self.mode_box.setCurrentText("draft" if self.models.has_draft else "lookup")
+            self.mode_box.setCurrentText("auto")
         elif key == "target_only" and self.models.pair is not None:
             self.mode_box.setCurrentText("lookup")
             self.load_models(self.models.pair[0], None)

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 
 from app.settings import Settings
 
-RUNTIME_FIELDS = ("n_ctx", "n_threads", "n_gpu_layers", "n_gpu_layers_draft", "flash_attn")
+RUNTIME_FIELDS = ("n_ctx", "n_threads", "n_gpu_layers", "n_gpu_layers_draft", "flash_attn", "strict")
 
 
 def _int(low: int, high: int, special: str = "") -> QSpinBox:
@@ -66,6 +66,7 @@ class SettingsDialog(QDialog):
             "n_gpu_layers": _int(-1, 999, "all"),
             "n_gpu_layers_draft": _int(-1, 999, "all"),
             "flash_attn": QCheckBox("flash attention"),
+            "strict": QCheckBox("strict exactness (no CPU repacking, K <= 6: slower)"),
             "theme": QComboBox(),
         }
         theme = self._fields["theme"]
@@ -79,7 +80,7 @@ class SettingsDialog(QDialog):
             ("Runtime (applies when models load)", (("Context", "n_ctx"), ("Threads", "n_threads"),
                                                     ("Target GPU layers", "n_gpu_layers"),
                                                     ("Draft GPU layers", "n_gpu_layers_draft"),
-                                                    ("", "flash_attn"))),
+                                                    ("", "flash_attn"), ("", "strict"))),
             ("Appearance", (("Theme", "theme"),)),
         )
         columns = QHBoxLayout()

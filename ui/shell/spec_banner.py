@@ -12,10 +12,11 @@ from ui.base.message_bar import MessageBar
 
 @dataclass(frozen=True)
 class SpecState:
-    mode: str  # the mode the next reply uses: draft | lookup | none
+    mode: str  # the mode the next reply uses: draft | lookup | hybrid | none ("auto" resolved)
     has_draft: bool
     incompatible: str | None = None  # the pair check's reason when the draft was refused
-    governor: GovernorEvent | None = None  # a "disable" decision during the current or last reply
+    governor: GovernorEvent | None = None  # the last on/off decision ("disable" shows the banner, "enable" clears it)
+    auto: bool = False  # the mode was chosen by "auto"
 
 
 def banner_message(state: SpecState) -> tuple[str, str, tuple[str, str] | None] | None:
@@ -24,8 +25,12 @@ def banner_message(state: SpecState) -> tuple[str, str, tuple[str, str] | None] 
         return (f"<b>Speculation is off: incompatible pair.</b> {state.incompatible}", "warning",
                 ("Load the target alone (prompt lookup)", "target_only"))
     if state.governor is not None and state.governor.action == "disable":
-        return (f"<b>The governor turned drafting off</b> for the rest of this reply at step "
-                f"{state.governor.step}: {state.governor.reason}", "warning", None)
+        return (f"<b>The governor turned drafting off</b> at step {state.governor.step} (it probes now and "
+                f"then and turns it back on when drafting pays): {state.governor.reason}", "warning", None)
+    if state.auto and state.has_draft and state.mode == "lookup":
+        return ("<b>Auto: prompt lookup.</b> On this CPU-only build the draft model costs about half a target "
+                "step, so drafting from the conversation's n-grams is faster; pick draft or hybrid to watch the "
+                "draft model anyway.", "info", None)
     if state.mode == "none":
         return ("<b>Plain decoding</b> (mode none): nothing is drafted, every token comes from the target.",
                 "info", ("Speculate", "speculate"))

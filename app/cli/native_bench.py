@@ -1,0 +1,275 @@
+"""llama.cpp's own executables as bench modes: `llama-completion` (plain) and `llama-speculative-simple`.
+
+They run on the exact prompt text SpecChat renders, from a file. `-f` drops one trailing newline, so the
+file gets one extra; `--no-escape` keeps backslashes in code literal; `-no-cnv` stops llama-completion
+from applying the chat template a second time. llama-completion's `--verbose-prompt` token list is checked
+against SpecChat's token ids: a mismatch is an error, since the timings would not be comparable.
+
+Tokens/s exclude prompt processing in both tools:
+- plain: llama_perf's "eval time = X ms / N runs", the one-token decodes after the prompt (llama_decode only,
+  sampling excluded): N / X.
+- speculative: "decoded N tokens in X seconds", the wall clock of the draft/verify loop after the prompt
+  (drafting, verification and sampling included), as SpecChat's `tokens_per_second`.
+
+SpecChat's --draft-min is not passed on: llama.cpp's --spec-draft-n-min means something else (it drops drafts
+shorter than N), and both default to no minimum. SpecChat's governor has no llama.cpp counterpart: that
+difference is what the comparison measures.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.cli.options import UserError
+
+NATIVE_MODES = ("plain", "draft-simple", "ngram-simple", "ngram-map-k")
+COMPLETION = "llama-completion"
+SPECULATIVE = "llama-speculative-simple"
+PREFIX = "llama.cpp:"  # bench mode names: "llama.cpp:plain", "llama.cpp:draft-simple", ...
+
+_EVAL = re.compile(r"\beval time =\s*([\d.]+) ms /\s*(\d+) runs")
+_PROMPT_EVAL = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
+_DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s*([\d.]+|-?nan|inf) t/s")
+_ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
+_COUNT = re.compile(r"^(?:[\d.]+ \w )?(n_draft|n_predict|n_drafted|n_accept)\s*=\s*(-?\d+)\s*$", re.M)
+_N_PROMPT = re.compile(r"number of tokens in prompt = (\d+)")
+_TOKEN_LINE = re.compile(r"^(?:[\d.]+ \w )?\s*(-?\d+) -> '", re.M)
+_SYSTEM_INFO = re.compile(r"system_info: .*?\|\s*(.*?)\s*$", re.M)
+
+
+class NativeError(UserError):
+    """A llama.cpp tool failed, or its output cannot be compared: one clear line, exit 2."""
+
+
+@dataclass(frozen=True)
+class NativeSettings:
+    """What both engines must share for the comparison to be fair (see BENCHMARKS.md)."""
+
+    bin_dir: Path
+    target: Path
+    draft: Path | None
+    n_ctx: int
+    n_threads: int
+    n_batch: int
+    flash_attn: bool
+    repack: bool
+    n_gpu_layers: int
+    n_gpu_layers_draft: int
+    type_k: str
+    type_v: str
+    temp: float
+    top_k: int
+    top_p: float
+    min_p: float
+    seed: int | None
+    draft_max: int  # draft-simple's --spec-draft-n-max; the n-gram modes keep llama.cpp's own sizes
+    p_min: float
+    timeout_s: float = 600.0
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NativeResult:
+    mode: str  # one of NATIVE_MODES
+    command: tuple[str, ...]
+    n_tokens: int
+    tokens_per_second: float
+    decode_ms: float
+    prompt_ms: float
+    n_drafted: int = 0
+    n_accepted: int = 0
+    text: str | None = None  # the reply as printed; None when it could not be cut out of the output
+    prompt_tokens: tuple[int, ...] = field(default=(), repr=False)  # llama-completion's --verbose-prompt list
+    system_info: str | None = None  # llama-completion's build features ("CPU : AVX2 = 1 | ..."), to compare builds
+
+
+def tool_paths(bin_dir: Path) -> dict[str, Path]:
+    """Both executables, or an error naming what is missing and how to build it."""
+    found = {}
+    for tool in (COMPLETION, SPECULATIVE):
+        path = Path(bin_dir) / tool
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise NativeError(f"--native: {path} is missing or not executable; build it as docs/BENCHMARKS.md "
+                              "says (section \"Comparing with llama.cpp itself\")")
+        found[tool] = path
+    return found
+
+
+def tool_version(bin_dir: Path) -> str:
+    try:
+        out = subprocess.run([str(Path(bin_dir) / COMPLETION), "--version"], capture_output=True, text=True,
+                             timeout=60, errors="replace")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({exc})"
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("version:")]
+    return lines[0].removeprefix("version:").strip() if lines else "unknown"
+
+
+def write_prompt(path: Path, text: str) -> None:
+    # llama.cpp's -f strips exactly one trailing newline; chat templates usually end with one.
+    path.write_text(text + "\n", encoding="utf-8")
+
+
+def _layers(n: int) -> str:
+    return "all" if n < 0 else str(n)
+
+
+def command(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, n_prompt: int = 0) -> list[str]:
+    if mode not in NATIVE_MODES:
+        raise NativeError(f"Unknown llama.cpp mode {mode!r}: use one of {', '.join(NATIVE_MODES)}")
+    tool = COMPLETION if mode == "plain" else SPECULATIVE
+    # speculative-simple refuses a prompt longer than one logical batch; -ub keeps the compute chunks equal.
+    n_batch = s.n_batch if mode == "plain" else max(s.n_batch, n_prompt)
+    cmd = [str(Path(s.bin_dir) / tool), "-m", str(s.target), "-f", str(prompt_file), "--no-escape",
+           "-n", str(n_predict), "-c", str(s.n_ctx), "-b", str(n_batch), "-ub", str(s.n_batch),
+           "-t", str(s.n_threads), "-fa", "on" if s.flash_attn else "off", "--repack" if s.repack else "--no-repack",
+           "-ngl", _layers(s.n_gpu_layers), "-ctk", s.type_k, "-ctv", s.type_v,
+           "--temp", repr(s.temp), "--top-k", str(s.top_k), "--top-p", repr(s.top_p), "--min-p", repr(s.min_p)]
+    if s.seed is not None and s.seed >= 0:
+        cmd += ["--seed", str(s.seed)]
+    if mode == "plain":
+        cmd += ["-no-cnv", "--no-display-prompt", "--verbose-prompt"]
+    else:
+        cmd += ["--spec-type", mode]
+    if mode == "draft-simple":
+        if s.draft is None:
+            raise NativeError("llama.cpp's draft-simple needs a draft model (-md)")
+        cmd += ["-md", str(s.draft), "-ngld", _layers(s.n_gpu_layers_draft), "-ctkd", s.type_k, "-ctvd", s.type_v,
+                "--spec-draft-n-max", str(s.draft_max), "--spec-draft-p-min", repr(s.p_min)]
+    return cmd + list(s.extra_args)
+
+
+def run(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, prompt_text: str,
+        n_prompt: int = 0) -> NativeResult:
+    cmd = command(mode, s, prompt_file, n_predict, n_prompt)
+    tool = Path(cmd[0]).name
+    try:
+        proc = subprocess.run(cmd, capture_output=True, timeout=s.timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise NativeError(f"{tool} ({mode}) ran past {s.timeout_s:.0f} s{_tail(exc.stderr)}") from exc
+    except OSError as exc:
+        raise NativeError(f"{tool} ({mode}) could not start: {exc}") from exc
+    stdout = proc.stdout.decode("utf-8", errors="replace")
+    stderr = proc.stderr.decode("utf-8", errors="replace")
+    if proc.returncode != 0:
+        raise NativeError(f"{tool} ({mode}) exited with status {proc.returncode}{_tail(stderr)}")
+    try:
+        if mode == "plain":
+            return _plain_result(cmd, stdout, stderr)
+        return _spec_result(mode, cmd, stdout, stderr, prompt_text)
+    except ValueError as exc:
+        raise NativeError(f"{tool} ({mode}): {exc}{_tail(stderr)}") from exc
+
+
+def _tail(stderr: str | bytes | None, lines: int = 8) -> str:
+    if isinstance(stderr, bytes):
+        stderr = stderr.decode("utf-8", errors="replace")
+    last = [line for line in (stderr or "").splitlines() if line.strip()][-lines:]
+    return (": last stderr lines:\n  " + "\n  ".join(last)) if last else ""
+
+
+def parse_completion_timings(stderr: str) -> tuple[int, float, float]:
+    """(one-token decodes, their ms, prompt ms) from llama_perf's summary."""
+    ev, pe = _EVAL.search(stderr), _PROMPT_EVAL.search(stderr)
+    if ev is None or pe is None:
+        raise ValueError("no llama_perf timing lines (\"eval time = ... ms / N runs\") in its output")
+    return int(ev.group(2)), float(ev.group(1)), float(pe.group(1))
+
+
+def parse_system_info(stderr: str) -> str | None:
+    """The backend features after "system_info: n_threads = ... |", spaced as llama_print_system_info()."""
+    m = _SYSTEM_INFO.search(stderr)
+    return normalise_system_info(m.group(1)) if m else None
+
+
+def normalise_system_info(text: str) -> str:
+    return " ".join(text.split()).strip(" |")
+
+
+def parse_prompt_tokens(stderr: str) -> list[int]:
+    """The prompt token ids that `--verbose-prompt` lists (a piece may span lines: only `id -> '` lines count)."""
+    head = _N_PROMPT.search(stderr)
+    if head is None:
+        raise ValueError("no \"number of tokens in prompt\" line: was --verbose-prompt given?")
+    n = int(head.group(1))
+    ids = [int(m.group(1)) for m in _TOKEN_LINE.finditer(stderr, head.end())][:n]
+    if len(ids) != n:
+        raise ValueError(f"--verbose-prompt announced {n} prompt tokens but listed {len(ids)}")
+    return ids
+
+
+def parse_speculative(stderr: str) -> dict[str, float]:
+    """decoded tokens, decode seconds, speed, encode seconds and the draft counters of speculative-simple."""
+    dec, enc = _DECODED.search(stderr), _ENCODED.search(stderr)
+    if dec is None or enc is None:
+        raise ValueError("no \"decoded N tokens in X seconds\" line in its output")
+    out: dict[str, float] = {"decoded": int(dec.group(1)), "decode_s": float(dec.group(2)),
+                             "speed": float(dec.group(3)), "encode_s": float(enc.group(2))}
+    out.update({name: int(value) for name, value in _COUNT.findall(stderr)})
+    for name in ("n_drafted", "n_accept"):
+        if name not in out:
+            raise ValueError(f"no \"{name} = N\" line in its output")
+    return out
+
+
+def completion_text(stdout: str) -> str:
+    # With --no-display-prompt stdout is the reply, " [end of text]\n" at an end-of-generation token, then "\n\n".
+    text = stdout.removesuffix("\n\n")
+    return text.removesuffix(" [end of text]\n")
+
+
+def speculative_text(stdout: str, prompt_text: str) -> str | None:
+    # speculative-simple prints "\n\n", the prompt's pieces, the reply, then "\n\n" twice.
+    head = "\n\n" + prompt_text
+    if not stdout.startswith(head):
+        return None
+    return stdout[len(head):].removesuffix("\n\n\n\n")
+
+
+def _plain_result(cmd: list[str], stdout: str, stderr: str) -> NativeResult:
+    runs, eval_ms, prompt_ms = parse_completion_timings(stderr)
+    # N sampled tokens take N - 1 one-token decodes (the first comes from the prompt's logits), so the
+    # rate per decode is runs / eval time; SpecChat's first step also decodes the last prompt token.
+    tps = runs / (eval_ms / 1000.0) if eval_ms > 0 else 0.0
+    return NativeResult("plain", tuple(cmd), runs + 1, tps, eval_ms, prompt_ms, text=completion_text(stdout),
+                        prompt_tokens=tuple(parse_prompt_tokens(stderr)), system_info=parse_system_info(stderr))
+
+
+def _spec_result(mode: str, cmd: list[str], stdout: str, stderr: str, prompt_text: str) -> NativeResult:
+    p = parse_speculative(stderr)
+    speed = p["speed"] if math.isfinite(p["speed"]) else 0.0
+    return NativeResult(mode, tuple(cmd), int(p["decoded"]), speed, p["decode_s"] * 1000.0, p["encode_s"] * 1000.0,
+                        int(p["n_drafted"]), int(p["n_accept"]), speculative_text(stdout, prompt_text))
+
+
+def check_prompt_tokens(ours: list[int], theirs: tuple[int, ...]) -> None:
+    """Both engines must decode the same prompt, token for token."""
+    if list(theirs) == list(ours):
+        return
+    i = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs)))
+    a = ours[i] if i < len(ours) else None
+    b = theirs[i] if i < len(theirs) else None
+    raise NativeError(f"llama.cpp tokenized the prompt differently: {len(theirs)} tokens vs SpecChat's {len(ours)}, "
+                      f"first difference at position {i} (llama.cpp {b}, SpecChat {a}); the timings would not "
+                      "compare the same work")
+
+
+def same_reply(ours: str, theirs: str | None) -> bool:
+    """Greedy replies agree as far as both go (speculative-simple emits one token more than -n)."""
+    if theirs is None:
+        return False
+    a, b = ours.rstrip("\ufffd"), theirs.rstrip("\ufffd")
+    if not a or not b:  # an empty reply is a prefix of anything
+        return a == b
+    return a.startswith(b) or b.startswith(a)
+
+
+def split_args(text: str) -> tuple[str, ...]:
+    return tuple(shlex.split(text)) if text else ()
+

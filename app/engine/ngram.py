@@ -1,0 +1,304 @@
+"""Prompt-lookup drafting: an n-gram index over the context, updated incrementally, and the copy logic.
+
+What this mirrors from llama.cpp (vendor/llama.cpp/common, the `--spec-type ngram-*` modes):
+
+- ngram-map-k (`common_ngram_map_draft`, key_only; defaults size_n=12, size_m=48, min_hits=1): the n-gram at
+  the context's end is looked up in a map that only the new positions are added to each step (`key_map`,
+  `idx_last_check`), and the draft is the run of tokens that followed the match, no longer than what the
+  target accepted the last time that key drafted (`n_accepted`, set by `common_ngram_map_accept`).
+- ngram-map-k4v (the same map with counted values, COMMON_NGRAM_MAX_VALUES=4): the key's most frequent
+  continuation is drafted, and only when it dominates the others.
+- ngram-cache (`common_ngram_cache_draft`, LLAMA_NGRAM_MIN..MAX = 1..4 with the "lax" context thresholds):
+  keys of several lengths, the longest first, each with a minimum sample size {2, 2, 1, 1} and a minimum
+  share of the most frequent continuation {66, 50, 50, 50} %.
+
+Here (`NgramParams`): keys of 1, 2, 3, 4 and 6 tokens, the longest first (ngram-map-k's 12-token key added
+nothing in our copy-with-edits simulation, since the running copy below outgrows any key); ngram-cache's
+thresholds for lengths 1..4 (one hit and 50 % beyond); the most frequent continuation over the key's last 64
+occurrences, copied from its most recent occurrence; a draft bounded by K, by the tokens known after the
+source, by the match (2 draft tokens per matched token, except where a copy resumes after an edit) and, for
+a key that drafted before, by what the target accepted then plus one (ngram-map's `n_accepted`, plus one so
+that a key which failed once recovers). The feedback needs no call from the engine: the tokens appended
+after a draft say how much of it was right.
+
+Two additions for copy-with-edits replies, which llama.cpp's modes lack:
+
+- a running copy: once a draft's source agrees with the reply, the next draft continues from the same
+  source while the target keeps agreeing, so the match outgrows any key length;
+- a resync: where the target departed from the copy (an edit), later keys are first looked up right around
+  that spot, so the copy resumes after a renamed identifier or an inserted annotation even when the short
+  key that re-finds it is ambiguous elsewhere in the context.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_BITS = 32  # a packed key holds one token id per 32 bits
+_MASK = (1 << _BITS) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class NgramParams:
+    sizes: tuple[int, ...] = (1, 2, 3, 4, 6)  # key lengths; the longest one found wins
+    min_hits: tuple[int, ...] = (2, 2, 1, 1)  # occurrences a key of length 1, 2, 3, 4 needs (longer: 1)
+    min_share: tuple[float, ...] = (0.66, 0.5, 0.5, 0.5)  # the top continuation's share (longer: 0.5)
+    recent: int = 64  # occurrences counted per key (the latest ones): keeps a step's cost bounded
+    tokens_per_match: int = 2  # a match of n tokens supports a draft of up to this many times n
+    resync_ahead: int = 64  # after an edit, the copy may resume up to this far after where it broke off ...
+    resync_back: int = 4  # ... or this far before it
+    resync_min_copy: int = 3  # a copy that broke off sets the resync spot only if it had copied this many tokens
+    max_extend: int = 32  # a fresh key match is measured backwards up to this many tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    tokens: tuple[int, ...]
+    source: int  # context position the tokens are copied from
+    match: int  # context tokens before `source` that agree with the context's end
+    key: tuple[int, int] | None  # (length, packed key) of the lookup that found it; None: a running copy
+    local: bool = False  # found next to where the last copy broke off
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if type(a) is type(b) and a[:n] == b[:n]:  # C speed for the usual case, a whole prefix in common
+        return n
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class NgramIndex:
+    """Every n-gram of the given lengths in `tokens` -> positions of the token that followed it, ascending.
+
+    A key seen once maps to its int position (most long keys occur once), a repeated key to a list. Appending
+    and truncating touch only the positions they add or drop, so a step costs O(new tokens), not O(context).
+    """
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        self.sizes = tuple(sorted(set(sizes)))
+        if not self.sizes or self.sizes[0] < 1:
+            raise ValueError(f"n-gram sizes must be >= 1, got {sizes}")
+        self.tokens: list[int] = []
+        self.maps: list[dict[int, int | list[int]]] = [{} for _ in self.sizes]
+
+    def clear(self) -> None:
+        self.tokens = []
+        for m in self.maps:
+            m.clear()
+
+    def sync(self, context: Sequence[int]) -> None:
+        """Make the index hold `context`: keep the common prefix, drop the rest, add what is new."""
+        common = common_prefix(self.tokens, context)
+        if common < len(self.tokens) // 2:
+            self.clear()  # another conversation: rebuilding beats unindexing most of it
+            common = 0
+        self.truncate(common)
+        self.extend(context[common:])
+
+    def extend(self, new: Sequence[int]) -> None:
+        toks = self.tokens
+        for token in new:
+            toks.append(token)
+            self._add(len(toks) - 1)
+
+    def truncate(self, n: int) -> None:
+        for p in range(len(self.tokens) - 1, n - 1, -1):
+            self._remove(p)
+        del self.tokens[n:]
+
+    def keys(self, end: int) -> list[int]:
+        """Packed keys of the n-grams ending just before `end`, one per size that fits, shortest first."""
+        toks = self.tokens
+        keys: list[int] = []
+        key = j = 0
+        for n in self.sizes:
+            if n > end:
+                break
+            while j < n:
+                j += 1
+                key |= (toks[end - j] & _MASK) << (_BITS * (j - 1))
+            keys.append(key)
+        return keys
+
+    def positions(self, size_index: int, key: int) -> list[int]:
+        found = self.maps[size_index].get(key)
+        if found is None:
+            return []
+        return [found] if isinstance(found, int) else found
+
+    def _add(self, p: int) -> None:
+        for m, key in zip(self.maps, self.keys(p), strict=False):
+            found = m.get(key)
+            if found is None:
+                m[key] = p
+            elif isinstance(found, int):
+                m[key] = [found, p]
+            else:
+                found.append(p)
+
+    def _remove(self, p: int) -> None:
+        # p is the newest position, so it is the last one stored under each of its keys.
+        for m, key in zip(self.maps, self.keys(p), strict=False):
+            found = m[key]
+            if isinstance(found, int):
+                del m[key]
+            else:
+                found.pop()
+                if len(found) == 1:
+                    m[key] = found[0]
+
+
+class PromptLookup:
+    """The n-gram proposer behind LookupDrafter and HybridDrafter.
+
+    `propose(context, k)` indexes the tokens appended since the last call (and scores the last committed
+    draft against them), then returns a Proposal or None; `commit(proposal)` tells it the proposal was
+    drafted, so its key's draft length follows what the target accepts. `prepare(context)` starts a reply.
+    """
+
+    def __init__(self, params: NgramParams | None = None) -> None:
+        self.params = params or NgramParams()
+        self.index = NgramIndex(self.params.sizes)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._src: int | None = None  # position of the token the running copy predicts next
+        self._run = 0  # context tokens the running copy agrees with
+        self._copied = 0  # tokens the running copy has supplied since it started
+        self._anchor: int | None = None  # source position where the last copy broke off (an edit starts there)
+        self._pending: Proposal | None = None  # the last committed draft, scored when the context grows
+        self._caps: dict[tuple[int, int], int] = {}  # a key's draft cap after it drafted wrong tokens
+
+    def prepare(self, context: Sequence[int]) -> None:
+        self.index.sync(context)
+        self._reset()
+
+    def propose(self, context: Sequence[int], k: int) -> Proposal | None:
+        self._advance(context)
+        if k <= 0:
+            return None
+        return self._select(context, k)
+
+    def commit(self, proposal: Proposal) -> None:
+        self._pending = proposal
+
+    def _advance(self, context: Sequence[int]) -> None:
+        old = self.index.tokens
+        n_old = len(old)
+        if len(context) < n_old or (n_old and context[n_old - 1] != old[-1]):
+            self.prepare(context)  # not a continuation of what was indexed
+            return
+        if len(context) == n_old:
+            return
+        new = context[n_old:]
+        self._score(new)
+        self._follow(context, new)
+        self.index.extend(new)
+
+    def _score(self, new: Sequence[int]) -> None:
+        """llama.cpp's common_ngram_map_accept, from the context itself: how much of the last draft was right."""
+        pending, self._pending = self._pending, None
+        if pending is None or pending.key is None:
+            return
+        accepted = common_prefix(pending.tokens, new)
+        if accepted < len(pending.tokens):
+            self._caps[pending.key] = accepted + 1
+        else:
+            self._caps.pop(pending.key, None)
+
+    def _follow(self, context: Sequence[int], new: Sequence[int]) -> None:
+        """Advance the running copy over the new tokens; where the target departs from it, note the spot."""
+        s = self._src
+        if s is None:
+            return
+        for token in new:
+            if context[s] != token:
+                # A short accidental match elsewhere must not move the spot the reply was copying from.
+                if self._copied >= self.params.resync_min_copy:
+                    self._anchor = s
+                self._src, self._run = None, 0
+                return
+            s += 1
+            self._copied += 1
+        self._src = s
+        self._run += len(new)
+
+    def _select(self, context: Sequence[int], k: int) -> Proposal | None:
+        found: tuple[int, int, tuple[int, int] | None, bool] | None = None
+        if self._src is not None:
+            found = (self._src, self._run, None, False)
+        if found is None or found[1] < self.index.sizes[-1]:
+            found = self._lookup(context, found[1] if found else 0) or found
+        if found is None:
+            return None
+        source, match, key, local = found
+        if source != self._src:
+            self._copied = 0
+        self._src, self._run = source, match
+        # A match right where the copy broke off is the copy resuming: it gets a full draft.
+        n = min(k, len(context) - source, k if local else self.params.tokens_per_match * match)
+        if key is not None:
+            n = min(n, self._caps.get(key, n))
+        return Proposal(tuple(context[source : source + n]), source, match, key, local)
+
+    def _lookup(self, context: Sequence[int], floor: int) -> tuple[int, int, tuple[int, int], bool] | None:
+        """The longest key longer than `floor` with a usable continuation: (source, match, key, local)."""
+        keys = self.index.keys(len(context))
+        for i in range(len(keys) - 1, -1, -1):
+            n = self.index.sizes[i]
+            if n <= floor:
+                break
+            positions = self.index.positions(i, keys[i])
+            if not positions:
+                continue
+            source = self._near(positions)
+            local = source is not None
+            if source is None:
+                source = self._frequent(positions, n)
+            if source is not None:
+                return source, self._extend(context, source, n), (n, keys[i]), local
+        return None
+
+    def _near(self, positions: list[int]) -> int | None:
+        """The first occurrence after the spot where the last copy broke off, if close to it."""
+        if self._anchor is None:
+            return None
+        # Strictly after: the token at the break is the one the edit replaced (or comes after an insertion).
+        a = self._anchor
+        i = bisect_right(positions, a)
+        if i < len(positions) and positions[i] <= a + self.params.resync_ahead:
+            return positions[i]
+        if i > 0 and positions[i - 1] >= a - self.params.resync_back:
+            return positions[i - 1]
+        return None
+
+    def _frequent(self, positions: list[int], n: int) -> int | None:
+        """Most recent occurrence of the key's most frequent continuation, if it has the support and share."""
+        p = self.params
+        i = n - 1
+        min_hits = p.min_hits[i] if i < len(p.min_hits) else 1
+        min_share = p.min_share[i] if i < len(p.min_share) else 0.5
+        recent = positions[-p.recent :]
+        if len(recent) < min_hits:
+            return None
+        toks = self.index.tokens
+        counts: dict[int, int] = {}
+        for pos in reversed(recent):  # newest first, so a tie goes to the most recent continuation
+            counts[toks[pos]] = counts.get(toks[pos], 0) + 1
+        best = max(counts, key=counts.__getitem__)
+        if counts[best] < min_share * len(recent):
+            return None
+        return next(pos for pos in reversed(recent) if toks[pos] == best)
+
+    def _extend(self, context: Sequence[int], source: int, n: int) -> int:
+        """How far the match reaches back beyond the key: a longer match supports a longer draft."""
+        end = len(context)
+        m = n
+        while m < self.params.max_extend and source - m > 0 and context[source - m - 1] == context[end - m - 1]:
+            m += 1
+        return m

@@ -1,0 +1,367 @@
+"""The n-gram drafter: its incremental index, its choice of continuation, its per-step cost, and lookup and
+hybrid drafting on the real demo pair (greedy output identical to plain decoding, most tokens from drafts)."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+import numpy as np
+import pytest
+
+from app.engine.drafters import Draft, Drafter, HybridDrafter, LookupDrafter, ModelDrafter
+from app.engine.events import FinishEvent
+from app.engine.ngram import NgramIndex, NgramParams, PromptLookup
+from app.engine.sampling import Dist, SamplingParams
+from app.engine.session import GenParams
+from app.engine.speculative import SpecEngine, SpecParams
+
+GREEDY = SamplingParams()
+SAMPLED = SamplingParams(temperature=0.8, seed=1)
+RNG = np.random.default_rng(0)
+
+
+def _snapshot(index: NgramIndex) -> list[dict[int, list[int]]]:
+    return [{key: [v] if isinstance(v, int) else list(v) for key, v in m.items()} for m in index.maps]
+
+
+def _rebuilt(tokens: list[int], sizes: tuple[int, ...]) -> NgramIndex:
+    index = NgramIndex(sizes)
+    index.extend(tokens)
+    return index
+
+
+def _oracle(drafter: Drafter, prompt: list[int], reply: list[int], k: int = 6) -> tuple[int, int, int]:
+    """Greedy verification by a target that writes `reply`: (steps, drafted, accepted)."""
+    drafter.prepare(list(prompt))
+    context, i, steps, drafted, accepted = list(prompt), 0, 0, 0, 0
+    while i < len(reply):
+        tokens = drafter.propose(context, min(k, len(reply) - i - 1), GREEDY, RNG).tokens
+        a = 0
+        while a < len(tokens) and tokens[a] == reply[i + a]:
+            a += 1
+        context.extend(reply[i : i + a + 1])
+        i, steps, drafted, accepted = i + a + 1, steps + 1, drafted + len(tokens), accepted + a
+    return steps, drafted, accepted
+
+
+# The index
+
+
+def test_incremental_index_equals_a_rebuild() -> None:
+    rng = random.Random(3)
+    tokens = [rng.randrange(12) for _ in range(600)]  # a small vocabulary: keys repeat at every length
+    sizes = (1, 2, 3, 5)
+    index = NgramIndex(sizes)
+    at = 0
+    while at < len(tokens):
+        step = rng.randint(1, 7)
+        index.extend(tokens[at : at + step])
+        at += step
+    assert _snapshot(index) == _snapshot(_rebuilt(tokens, sizes))
+    index.truncate(250)  # a rollback drops exactly what a rebuild of the prefix would not hold
+    assert _snapshot(index) == _snapshot(_rebuilt(tokens[:250], sizes))
+    assert index.positions(0, tokens[249]) == sorted(index.positions(0, tokens[249]))
+
+
+def test_prepare_keeps_the_common_prefix_and_rebuilds_another_conversation() -> None:
+    rng = random.Random(4)
+    first = [rng.randrange(30) for _ in range(300)]
+    lookup = PromptLookup()
+    lookup.prepare(first)
+    follow_up = first[:280] + [rng.randrange(30) for _ in range(50)]  # the next turn re-tokenised its tail
+    lookup.prepare(follow_up)
+    assert lookup.index.tokens == follow_up
+    assert _snapshot(lookup.index) == _snapshot(_rebuilt(follow_up, lookup.index.sizes))
+    other = [rng.randrange(30) for _ in range(120)]
+    lookup.propose(other, 4)  # no prepare: a context that does not continue the index is re-indexed
+    assert _snapshot(lookup.index) == _snapshot(_rebuilt(other, lookup.index.sizes))
+
+
+def test_within_a_reply_only_the_new_tail_is_indexed(monkeypatch: pytest.MonkeyPatch) -> None:
+    drafter = LookupDrafter()
+    context = list(range(100)) * 3
+    drafter.prepare(context)
+    added: list[int] = []
+    original = NgramIndex.extend
+    monkeypatch.setattr(NgramIndex, "extend", lambda self, new: (added.append(len(new)), original(self, new))[1])
+    for _ in range(5):
+        context.extend([7, 8, 9])
+        drafter.propose(context, 4, GREEDY, RNG)
+    assert added == [3] * 5
+
+
+# Choosing the continuation
+
+
+def test_most_frequent_continuation_wins() -> None:
+    # (1, 2) is followed by 10 twice and by 20 once, most recently; no longer key matches the end.
+    context = [1, 2, 10, 50, 1, 2, 10, 51, 1, 2, 20, 52, 60, 1, 2]
+    proposal = PromptLookup(NgramParams(sizes=(1, 2))).propose(context, 3)
+    assert proposal is not None
+    assert proposal.tokens[0] == 10
+    assert proposal.source == 6  # the most recent occurrence of the winning continuation
+    # Without a majority (10 once, 20 once) the tie goes to the most recent continuation.
+    tie = [1, 2, 10, 50, 1, 2, 20, 52, 60, 1, 2]
+    proposal = PromptLookup(NgramParams(sizes=(1, 2))).propose(tie, 3)
+    assert proposal is not None and proposal.tokens[0] == 20
+
+
+def test_a_short_key_without_support_drafts_nothing() -> None:
+    # The 1-gram 5 is followed by four different tokens: no continuation has the share ngram-cache asks for.
+    context = [5, 1, 5, 2, 5, 3, 5, 4, 9, 5]
+    assert PromptLookup(NgramParams(sizes=(1,))).propose(context, 4) is None
+
+
+def test_longer_keys_are_preferred() -> None:
+    # (2, 3) was last followed by 9, but the longer (1, 2, 3) that ends the context was followed by 7.
+    context = [1, 2, 3, 7, 40, 41, 42, 2, 3, 9, 43, 44, 1, 2, 3]
+    proposal = PromptLookup(NgramParams(sizes=(1, 2, 3))).propose(context, 4)
+    assert proposal is not None
+    assert proposal.tokens[0] == 7
+    assert proposal.key is not None and proposal.key[0] == 3
+
+
+def test_draft_is_capped_by_k_the_match_and_the_known_tokens() -> None:
+    body = list(range(100, 140))
+    context = body + [0] + body[:10]  # the end matches body[:10]: a long match, a long known continuation
+    lookup = PromptLookup()
+    proposal = lookup.propose(context, 5)
+    assert proposal is not None and proposal.tokens == tuple(body[10:15])  # k
+    # A one-token match supports two draft tokens only.
+    short = [3, 5, 6, 7, 8, 9] + [3]
+    proposal = PromptLookup(NgramParams(min_hits=(1,))).propose(short, 6)
+    assert proposal is not None and proposal.tokens == (5, 6)
+    # The draft cannot run past the context's end.
+    proposal = PromptLookup().propose([1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3], 6)
+    assert proposal is not None and proposal.tokens == (4, 1, 2, 3)
+
+
+def test_a_key_that_drafted_wrong_tokens_drafts_less_until_it_is_right() -> None:
+    lookup = PromptLookup(NgramParams(sizes=(2,), min_hits=(1, 1)))
+    context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2]
+    first = lookup.propose(context, 6)
+    assert first is not None and first.tokens == (3, 4, 5, 6)  # a 2-token match: 4 tokens
+    lookup.commit(first)
+    context += [3, 99]  # the target accepted one token, then wrote its own
+    context += [1, 2]
+    second = lookup.propose(context, 6)
+    assert second is not None and len(second.tokens) == 2  # what was accepted last time, plus one
+    lookup.commit(second)
+    context += list(second.tokens) + [5]  # all accepted, and the bonus token follows the source too
+    context += [50, 1, 2]
+    third = lookup.propose(context, 6)
+    assert third is not None and len(third.tokens) == 4  # the cap is lifted
+
+
+def test_a_running_copy_resumes_right_after_an_edit() -> None:
+    # Lines (7, name, 300): after the renamed name, the key (300,) occurs on every line, always followed by 7;
+    # only the spot where the copy broke off says which line the reply is on.
+    prompt = [t for i in range(1, 30) for t in (7, 100 + i, 300)]
+    reply = list(prompt)
+    edit = reply.index(115)
+    reply[edit] = 999
+    drafter = LookupDrafter()
+    base = prompt + [0]
+    drafter.prepare(base)
+    context, i, drafts = base + reply[:3], 3, {}
+    while i < edit + 6:
+        drafts[i] = drafter.propose(context, 6, GREEDY, RNG).tokens
+        a = 0
+        while a < len(drafts[i]) and drafts[i][a] == reply[i + a]:
+            a += 1
+        context += reply[i : i + a + 1]
+        i += a + 1
+    assert drafts[edit + 2][:4] == tuple(reply[edit + 2 : edit + 6])  # (7, 116, 300, 7): the next line, not the last
+
+
+class _ScanDrafter:
+    """The previous LookupDrafter: the most recent earlier match of the last 3..1 tokens, rescanned each step."""
+
+    def prepare(self, context: list[int]) -> None:
+        pass
+
+    def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
+        for n in (3, 2, 1):
+            pattern = context[-n:]
+            for start in range(len(context) - n - 1, -1, -1):
+                if context[start : start + n] == pattern:
+                    return Draft(tuple(context[start + n : start + n + k]), None, 0.0)
+        return Draft((), None, 0.0)
+
+
+def test_a_copy_with_edits_beats_the_previous_scan() -> None:
+    rng = random.Random(7)
+    lines = [[rng.randrange(50, 80) for _ in range(rng.randint(4, 9))] + [1] for _ in range(40)]  # 1 = newline
+    prompt = [t for line in lines for t in line] + [2]
+    reply: list[int] = []
+    for n, line in enumerate(lines):
+        edited = list(line)
+        if n % 4 == 0:
+            edited[1] = 999  # rename
+        if n % 7 == 0:
+            edited[2:2] = [998, 997]  # insert an annotation
+        reply += edited
+    steps, drafted, accepted = _oracle(LookupDrafter(), prompt, reply)
+    old_steps, old_drafted, old_accepted = _oracle(_ScanDrafter(), prompt, reply)  # type: ignore[arg-type]
+    print(f"\ncopy with edits, {len(reply)} tokens: lookup {accepted}/{drafted} accepted in {steps} steps, "
+          f"previous scan {old_accepted}/{old_drafted} in {old_steps}")
+    assert accepted >= 0.7 * len(reply)
+    assert steps <= old_steps
+    assert drafted - accepted <= 0.6 * (old_drafted - old_accepted)  # far fewer wasted verify rows
+
+
+def test_sampled_lookup_drafts_carry_point_masses() -> None:
+    body = list(range(100, 140))
+    draft = LookupDrafter().propose(body + [0] + body[:10], 4, SAMPLED, RNG)
+    assert draft.q is not None and len(draft.q) == len(draft.tokens) == 4
+    assert [int(q.ids[0]) for q in draft.q] == list(draft.tokens)
+    assert all(q.probs.tolist() == [1.0] for q in draft.q)
+
+
+# Per-step cost
+
+
+def _word(rng: random.Random) -> int:
+    return min(int(rng.paretovariate(1.1)), 5000)  # Zipf-like: a few ids occur thousands of times at 32k
+
+
+def _synthetic_text(n: int, rng: random.Random) -> list[int]:
+    """Text-like tokens: Zipf-like words and copied stretches, so keys repeat at every length as in code."""
+    tokens: list[int] = []
+    while len(tokens) < n:
+        if tokens and rng.random() < 0.6:
+            start = rng.randrange(len(tokens))
+            tokens += tokens[start : start + rng.randint(4, 40)]
+        else:
+            tokens += [_word(rng) for _ in range(rng.randint(1, 10))]
+    return tokens[:n]
+
+
+def _median_step_ms(n_ctx: int, steps: int = 300) -> float:
+    rng = random.Random(n_ctx)
+    context = _synthetic_text(n_ctx, rng)
+    drafter = LookupDrafter()
+    drafter.prepare(context)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        draft = drafter.propose(context, 6, GREEDY, RNG)
+        times.append(time.perf_counter() - start)
+        context += list(draft.tokens[: rng.randint(0, len(draft.tokens))]) + [_word(rng)]
+    return statistics.median(times) * 1000.0
+
+
+def test_per_step_cost_does_not_grow_with_the_context() -> None:
+    small = min(_median_step_ms(1024) for _ in range(3))
+    large = min(_median_step_ms(32768) for _ in range(3))
+    print(f"\nlookup propose, median per step: {small:.4f} ms at 1k tokens, {large:.4f} ms at 32k tokens")
+    assert large <= 3.0 * small + 0.01  # the slack absorbs timer noise on a step of microseconds
+
+
+# Hybrid
+
+
+class _StubModel:
+    """A ModelDrafter stand-in: always proposes the same tokens with made-up distributions."""
+
+    native_ms = 0.0
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.prepared: list[int] | None = None
+
+    def prepare(self, context: list[int]) -> None:
+        self.prepared = list(context)
+
+    def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
+        self.calls += 1
+        tokens = tuple(range(900, 900 + k))
+        q = tuple(Dist(np.array([t, 1]), np.array([0.6, 0.4])) for t in tokens) if not sampling.greedy else None
+        return Draft(tokens, q, 1.0)
+
+
+def test_hybrid_copies_long_matches_and_asks_the_model_otherwise() -> None:
+    model = _StubModel()
+    hybrid = HybridDrafter(model)  # type: ignore[arg-type]
+    assert (hybrid.mode, hybrid.costs_time) == ("hybrid", True)
+    body = list(range(100, 140))
+    context = body + [0, 5]
+    hybrid.prepare(context)
+    assert model.prepared == context
+    draft = hybrid.propose(context, 4, SAMPLED, RNG)  # nothing to copy: the model drafts, with its q
+    assert model.calls == 1 and draft.tokens == (900, 901, 902, 903)
+    assert draft.q is not None and draft.q[0].probs.tolist() == [0.6, 0.4]
+    context += [6] + body[:8]  # now the end matches the body over 8 tokens
+    draft = hybrid.propose(context, 4, SAMPLED, RNG)
+    assert model.calls == 1 and draft.tokens == tuple(body[8:12])
+    assert draft.q is not None and all(q.probs.tolist() == [1.0] for q in draft.q)
+    context += [7, 100]  # a one-token match is not enough to skip the model
+    hybrid.propose(context, 4, GREEDY, RNG)
+    assert model.calls == 2
+
+
+# The real demo pair
+
+CODE = '''from dataclasses import dataclass, field
+
+
+@dataclass
+class Item:
+    name: str
+    price: float
+    quantity: int = 0
+
+
+@dataclass
+class Inventory:
+    items: dict = field(default_factory=dict)
+
+    def add(self, item):
+        if item.name in self.items:
+            self.items[item.name].quantity += item.quantity
+        else:
+            self.items[item.name] = item
+
+    def remove(self, name, quantity=1):
+        item = self.items[name]
+        item.quantity -= quantity
+        if item.quantity <= 0:
+            del self.items[name]
+
+    def total_value(self):
+        return sum(i.price * i.quantity for i in self.items.values())
+
+
+def merge(a, b):
+    result = Inventory()
+    for inv in (a, b):
+        for item in inv.items.values():
+            result.add(Item(item.name, item.price, item.quantity))
+    return result
+'''
+EDIT_PROMPT = f"Rename the class Inventory to Stock everywhere and return the whole code:\n\n```python\n{CODE}```"
+N_PREDICT = 80
+
+
+def _finish(events) -> FinishEvent:  # type: ignore[no-untyped-def]
+    last = list(events)[-1]
+    assert isinstance(last, FinishEvent)
+    return last
+
+
+def test_lookup_and_hybrid_reproduce_plain_decoding_on_an_edit_prompt(demo_session) -> None:  # type: ignore[no-untyped-def]
+    prompt = demo_session.chat_prompt([{"role": "user", "content": EDIT_PROMPT}])
+    spec = SpecParams(adaptive=False)  # fixed K: drafting happens on every step it can
+    plain = _finish(demo_session.generate(prompt, GenParams("none", N_PREDICT)))
+    lookup = _finish(demo_session.generate(prompt, GenParams("lookup", N_PREDICT, spec=spec)))
+    hybrid_engine = SpecEngine(demo_session.target_ctx, HybridDrafter(ModelDrafter(demo_session.draft_ctx)))
+    hybrid = _finish(hybrid_engine.generate(prompt, N_PREDICT, GREEDY, spec))
+    for name, run in (("lookup", lookup), ("hybrid", hybrid)):
+        s = run.stats
+        print(f"\n{name}: {s.accepted}/{s.drafted} drafts accepted, {s.accepted}/{s.n_tokens} tokens from drafts, "
+              f"{s.steps} steps, {s.tokens_per_second:.1f} tok/s (plain {plain.stats.tokens_per_second:.1f})")
+        assert run.tokens == plain.tokens, f"{name} parted from plain decoding"
+        assert s.accepted >= 0.5 * s.n_tokens, f"{name}: too few tokens came from accepted drafts"
+    assert lookup.stats.acceptance_rate >= 0.7
