@@ -21,28 +21,44 @@ N_TOKENS = 96
 PROMPTS = load_prompts(None)  # the shipped suite: code, edits, JSON, prose, multi-turn copies
 
 
-@pytest.fixture(scope="module")
-def plain_runs(demo_session):
+# The default configuration repacks CPU weights, as llama.cpp does. Its kernels round a verify batch
+# differently from a one-token step (logits apart by up to ~0.4 on the demo pair: llama.cpp's own
+# plain runs part from ours on half the suite for the same reason), so there greedy speculation may
+# part from plain decoding where the plain run's two best logits were that close. Strict (no
+# repacking, K <= 6) keeps verify batches on the one-token kernels and the tight NEAR_TIE_MARGIN.
+REPACK_ROUNDING_MARGIN = 0.5
+
+
+def _plain_runs(session) -> dict:
     runs = {}
     for item in PROMPTS:
-        prompt = demo_session.chat_prompt(item.chat())
-        runs[item.id] = (prompt, run_once(demo_session, prompt, GenParams("none", N_TOKENS, track_margins=True)))
+        prompt = session.chat_prompt(item.chat())
+        runs[item.id] = (prompt, run_once(session, prompt, GenParams("none", N_TOKENS, track_margins=True)))
     return runs
 
 
-@pytest.mark.parametrize("mode", ["draft", "lookup", "hybrid"])
-def test_greedy_speculation_matches_plain_decoding(demo_session, plain_runs, mode):
+@pytest.fixture(scope="module")
+def plain_runs(demo_session):
+    return _plain_runs(demo_session)
+
+
+@pytest.fixture(scope="module")
+def strict_plain_runs(strict_session):
+    return _plain_runs(strict_session)
+
+
+def _check_matches_plain(session, runs, mode: str, bound: float) -> None:
     # Fixed K, no governor: drafting must really happen on every step it can.
     params = GenParams(mode, N_TOKENS, spec=SpecParams(draft_max=6, adaptive=False), track_margins=True)
     drafted = accepted = 0
     for item in PROMPTS:
-        prompt, plain = plain_runs[item.id]
-        spec = run_once(demo_session, prompt, params)
+        prompt, plain = runs[item.id]
+        spec = run_once(session, prompt, params)
         drafted += spec.stats.drafted
         accepted += spec.stats.accepted
         divergence = first_divergence(plain, spec)
         if divergence is not None:
-            assert divergence.margin < NEAR_TIE_MARGIN, (
+            assert divergence.margin < bound, (
                 f"{mode} parted from plain decoding on {item.id!r} at token {divergence.position} where the "
                 f"plain run's top-two margin was {divergence.margin:.4f} (not a near-tie): a real bug"
             )
@@ -50,6 +66,16 @@ def test_greedy_speculation_matches_plain_decoding(demo_session, plain_runs, mod
             assert spec.tokens == plain.tokens
             assert spec.text == plain.text
     assert drafted > 0 and accepted > 0, f"{mode} never drafted or never had a draft accepted"
+
+
+@pytest.mark.parametrize("mode", ["draft", "lookup", "hybrid"])
+def test_greedy_speculation_matches_plain_decoding(demo_session, plain_runs, mode):
+    _check_matches_plain(demo_session, plain_runs, mode, REPACK_ROUNDING_MARGIN)
+
+
+@pytest.mark.parametrize("mode", ["draft", "lookup", "hybrid"])
+def test_strict_greedy_speculation_matches_plain_decoding(strict_session, strict_plain_runs, mode):
+    _check_matches_plain(strict_session, strict_plain_runs, mode, NEAR_TIE_MARGIN)
 
 
 def test_token_events_reassemble_the_reply(demo_session, plain_runs):
@@ -205,5 +231,5 @@ def test_same_seed_same_reply_whatever_k_and_drafter(demo_session, plain_runs, i
         if spec.tokens != plain.tokens:
             j = next(i for i, (a, b) in enumerate(zip(plain.tokens, spec.tokens, strict=False)) if a != b)
             margin = _race_margin(demo_session, prompt, plain.tokens, j, sampling)
-            assert margin < NEAR_TIE_MARGIN, f"{name} parted from the seeded reply at {j} (race margin {margin:.3f})"
+            assert margin < REPACK_ROUNDING_MARGIN, f"{name} parted from the seeded reply at {j} ({margin:.3f})"
     assert drafted > 0, "no draft was ever accepted: the test would not exercise verification"

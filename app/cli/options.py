@@ -49,8 +49,8 @@ def add_generation_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-max", type=int, default=None, help="most tokens drafted per step (K)")
     g.add_argument("--draft-min", type=int, default=None, help="fewest tokens drafted before --draft-p-min may cut")
     g.add_argument("--draft-p-min", type=float, default=None, help="stop drafting below this draft confidence")
-    g.add_argument("--wide-verify", action="store_true", help="let K reach --draft-max even where verify "
-                   "batches then leave one-token decoding's kernels (CPU with repacking: K > 2); near-ties may flip")
+    g.add_argument("--wide-verify", action="store_true", help="with --strict, let K reach --draft-max even "
+                   "where verify batches then leave one-token decoding's kernels (K > 6); near-ties may flip")
     g.add_argument("--no-adapt", action="store_true", help="fixed K: the governor neither shrinks K nor stops drafting")
     g.add_argument("--temp", type=float, default=None, help="temperature (0: greedy, exact token-for-token)")
     g.add_argument("--top-k", type=int, default=None)

@@ -35,9 +35,8 @@ class SpecParams:
     draft_min: int = 0  # never cut a draft for low confidence before this many tokens
     p_min: float = 0.75  # stop drafting when the draft's top probability falls below this
     adaptive: bool = True  # let the governor change K and turn drafting off when it loses
-    # Keep verify batches within the rows that run one-token decoding's kernels (the model's
-    # one_token_kernel_rows: K <= 2 on the CPU with repacked weights), so greedy speculation parts
-    # from plain decoding only at the rarest near-ties. On this CPU small K is also the fastest.
+    # Keep verify batches within the rows that run one-token decoding's kernels where the backend
+    # has such a bound (the model's one_token_kernel_rows: 7 rows on the CPU without repacking).
     one_token_kernels: bool = True
     k_start: int = 3  # first K when adaptive: a cheap first draft while the governor measures
 

@@ -164,14 +164,15 @@ class LlamaModel:
     def one_token_kernel_rows(self) -> int | None:
         """Most rows a batch may have and still run the kernels of one-token decoding, where known.
 
-        On the CPU backend repacked weights switch from gemv to a 4-row gemm at 4 rows
-        (ggml-cpu/repack.cpp), which rounds differently (logits apart by up to ~0.4 on the demo
-        pair); without repacking, batches of up to 7 rows matched one-token decoding here. GPU
-        kernels have their own switches, not measured yet: None.
+        Without repacking, CPU batches of up to 7 rows matched one-token decoding here. With
+        repacked weights no batch size does: 4-row groups run a gemm (ggml-cpu/repack.cpp) that
+        rounds differently (logits apart by up to ~0.4 on the demo pair), smaller batches re-read
+        the weights row by row (so K <= 2 would cost as much as plain steps) and still parted from
+        one-token decoding at a 0.10 margin. GPU kernels have their own switches, unmeasured: None.
         """
-        if self.config.n_gpu_layers != 0 and supports_gpu_offload():
+        if self.config.repack or (self.config.n_gpu_layers != 0 and supports_gpu_offload()):
             return None
-        return 3 if self.config.repack else 7
+        return 7
 
     @property
     def handle(self) -> llama_cpp.llama_model_p:
