@@ -17,7 +17,7 @@ from app.atomic import atomic_write_text
 from app.engine.pair_config import PairConfig
 from app.engine.sampling import SamplingParams
 from app.engine.session import GenParams
-from app.engine.speculative import STRICT_DRAFT_MAX, SpecParams
+from app.engine.speculative import SpecParams
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,9 @@ class Settings:
     n_gpu_layers: int = -1
     n_gpu_layers_draft: int = -1
     flash_attn: bool = True
-    # Strict exactness: no CPU weight repacking and K <= STRICT_DRAFT_MAX, so verify batches run the
-    # one-token kernels (bit-identical on the CPU backend); slower, see docs/BENCHMARKS.md. Off by
+    # Strict exactness: no CPU weight repacking, so verify batches of up to 7 rows run the one-token
+    # kernels (the engine keeps K within them: LlamaModel.one_token_kernel_rows); slower, see
+    # docs/BENCHMARKS.md. Off by
     # default: llama.cpp repacks, and so do we. (The old `repack` key lands in `extra`, ignored.)
     strict: bool = False
     # Appearance
@@ -62,8 +63,7 @@ class Settings:
             mode=mode or self.mode,
             n_predict=self.n_predict,
             sampling=SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p, self.seed),
-            spec=SpecParams(min(self.draft_max, STRICT_DRAFT_MAX) if self.strict else self.draft_max,
-                            self.draft_min, self.draft_p_min, self.adaptive),
+            spec=SpecParams(self.draft_max, self.draft_min, self.draft_p_min, self.adaptive),
         )
 
     def pair_config(self, target: Path, draft: Path | None) -> PairConfig:

@@ -11,7 +11,7 @@ from app.engine.drafters import CHOICES, auto_mode
 from app.engine.pair_config import PairConfig
 from app.engine.sampling import SamplingParams
 from app.engine.session import GenParams
-from app.engine.speculative import STRICT_DRAFT_MAX, SpecParams
+from app.engine.speculative import SpecParams
 from app.llama_backend import supports_gpu_offload
 from app.models.demo_pair import demo_pair_paths
 
@@ -113,8 +113,7 @@ def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_dr
             args.seed if args.seed is not None else s.seed,
         ),
         spec=SpecParams(
-            draft_max=min(int(_pick(args.draft_max, s.draft_max)),  # type: ignore[call-overload]
-                          STRICT_DRAFT_MAX if s.strict or args.strict else 1 << 30),
+            draft_max=int(_pick(args.draft_max, s.draft_max)),  # type: ignore[call-overload]
             draft_min=int(_pick(args.draft_min, s.draft_min)),  # type: ignore[call-overload]
             p_min=float(_pick(args.draft_p_min, s.draft_p_min)),  # type: ignore[arg-type]
             adaptive=s.adaptive and not args.no_adapt,

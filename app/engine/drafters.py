@@ -75,7 +75,7 @@ class NoDrafter(_ModelFree):
     costs_time = False
 
     def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Draft:
-        return Draft((), None, 0.0)
+        return NO_DRAFT
 
 
 class LookupDrafter(_ModelFree):
@@ -98,18 +98,20 @@ class LookupDrafter(_ModelFree):
         return self.propose_free(context, k, sampling)
 
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
-        start = time.perf_counter()
-        proposal = self.lookup.propose(context, k)
-        tokens = proposal.tokens if proposal is not None else ()
-        if proposal is not None and tokens:
-            self.lookup.commit(proposal)
-        return _point_draft(tokens, sampling, start)
+        return _ngram_draft(self.lookup, context, k, sampling) or NO_DRAFT
 
 
-def _point_draft(tokens: tuple[int, ...], sampling: SamplingParams, start: float) -> Draft:
-    """A deterministic draft: its 'distributions' are point masses (what speculative sampling needs)."""
-    q = tuple(point_mass(t) for t in tokens) if not sampling.greedy else None
-    return Draft(tokens, q, (time.perf_counter() - start) * 1000.0)
+def _ngram_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams,
+                 min_match: int = 0) -> Draft | None:
+    """The n-gram continuation as a draft (point masses for sampled runs), committed to the index; None
+    when there is none, or its match is shorter than `min_match`."""
+    start = time.perf_counter()
+    proposal = lookup.propose(context, k)
+    if proposal is None or not proposal.tokens or proposal.match < min_match:
+        return None
+    lookup.commit(proposal)
+    q = tuple(point_mass(t) for t in proposal.tokens) if not sampling.greedy else None
+    return Draft(proposal.tokens, q, (time.perf_counter() - start) * 1000.0)
 
 
 class ModelDrafter:
@@ -146,7 +148,7 @@ class ModelDrafter:
     def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Draft:
         start = time.perf_counter()
         if k <= 0:
-            return Draft((), None, 0.0)
+            return NO_DRAFT
         k = min(k, self.ctx.n_ctx - len(context))
         self.sync(context)
         tokens: list[int] = []
@@ -198,18 +200,12 @@ class HybridDrafter:
 
     def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Draft:
         start = time.perf_counter()
-        proposal = self.lookup.propose(context, k)
-        if proposal is not None and proposal.tokens and proposal.match >= self.min_match:
-            self.lookup.commit(proposal)
-            return _point_draft(proposal.tokens, sampling, start)
+        copy = _ngram_draft(self.lookup, context, k, sampling, self.min_match)
+        if copy is not None:
+            return copy
         draft = self.model.propose(context, k, sampling, noise)
         return Draft(draft.tokens, draft.q, (time.perf_counter() - start) * 1000.0)
 
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         """While the governor has the draft model off, hybrid still offers n-gram copies, as lookup does."""
-        start = time.perf_counter()
-        proposal = self.lookup.propose(context, k)
-        if proposal is None or not proposal.tokens:
-            return NO_DRAFT
-        self.lookup.commit(proposal)
-        return _point_draft(proposal.tokens, sampling, start)
+        return _ngram_draft(self.lookup, context, k, sampling) or NO_DRAFT

@@ -23,10 +23,6 @@ from app.engine.governor import Governor
 from app.engine.sampling import SampleNoise, SamplingParams, distribution, top_two_margin
 from app.llama_backend import ContextFullError, LlamaContext
 
-# In strict mode (no repacking) K <= 6 keeps a verify batch at 7 rows, the largest that ran the same
-# kernels as one-token decoding on the CPU backend (see ModelConfig.repack).
-STRICT_DRAFT_MAX = 6
-
 
 @dataclass(frozen=True, slots=True)
 class SpecParams:
