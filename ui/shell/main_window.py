@@ -241,13 +241,19 @@ class MainWindow(QMainWindow):
             self._update_banner()
         return ok
 
+    def _mode(self, chosen: str | None = None) -> str:
+        """The mode the next reply runs: "auto" resolved for the loaded pair and this build, so the
+        transcript, the comparison and the banner name the mode that really ran."""
+        chosen = chosen or self.mode_box.currentText()
+        return auto_mode(self.models.has_draft, supports_gpu_offload()) if chosen == "auto" else chosen
+
     def runs(self) -> list[tuple[str, GenParams]]:
-        mode = self.mode_box.currentText()
+        mode = self._mode()
         params = self.settings.gen_params(mode)
         if not self.compare_action.isChecked():
             return [("chat", params)]
         if mode == "none":
-            params = params.with_mode("auto")
+            params = params.with_mode(self._mode("auto"))
         plain = replace(self.settings.gen_params("none"), track_margins=True)
         return [("plain", plain), ("spec", params)]
 
@@ -298,14 +304,8 @@ class MainWindow(QMainWindow):
         if self.loaded is None and not self.models.incompatible:
             self.banner.hide()
             return
-        mode = self.mode_box.currentText()
-        if mode == "auto":
-            mode = auto_mode(self.models.has_draft, supports_gpu_offload())
-            auto = True
-        else:
-            auto = False
-        self.banner.set_state(SpecState(mode, self.models.has_draft, self.models.incompatible,
-                                        self.banner_governor, auto=auto))
+        self.banner.set_state(SpecState(self._mode(), self.models.has_draft, self.models.incompatible,
+                                        self.banner_governor, auto=self.mode_box.currentText() == "auto"))
 
     @Slot(str)
     def _on_banner_actionTriggered(self, key: str) -> None:
