@@ -80,7 +80,7 @@ def test_desktop_file() -> None:
     parser.read(ROOT / "resources" / f"{APP_ID}.desktop")
     entry = parser["Desktop Entry"]
     assert entry["Type"] == "Application" and entry["Icon"] == APP_ID and entry["Terminal"] == "false"
-    assert entry["Categories"] == "Development;Utility;"
+    assert entry["Categories"] == "Development;"
     assert entry["Exec"]
 
 
@@ -108,3 +108,56 @@ def test_spec_has_no_platform_specific_paths() -> None:
     for fragment in ("/usr/", "/opt/", "/home/", "/tmp/", "/work/", ".venv", "site-packages", "C:\\"):
         assert fragment not in spec, fragment
     assert "BUNDLE(" in spec and ".icns" in spec and ".ico" in spec
+
+
+def test_metainfo_matches_the_desktop_file_and_the_version() -> None:
+    """Software centres join the metainfo to the launcher by id; a stale release entry would
+    advertise the wrong version in the .deb."""
+    import tomllib
+    import xml.etree.ElementTree as ET
+
+    meta = ET.parse(ROOT / "resources" / f"{APP_ID}.metainfo.xml").getroot()
+    assert meta.findtext("id") == APP_ID
+    assert meta.findtext("launchable") == f"{APP_ID}.desktop"
+    assert {b.text for b in meta.iter("binary")} == {"specchat", "specchat-gui"}
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert meta.find("releases/release").get("version") == version  # type: ignore[union-attr]
+    if shutil.which("appstreamcli"):
+        metainfo = ROOT / "resources" / f"{APP_ID}.metainfo.xml"
+        res = subprocess.run(["appstreamcli", "validate", "--no-net", str(metainfo)], capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.skipif(not (shutil.which("dpkg-query") and shutil.which("ldd")), reason="needs a Debian machine")
+def test_deb_depends_names_the_system_libraries_a_bundle_does_not_carry(tmp_path: Path) -> None:
+    """A bundle of one real extension module (zlib's, which links the system's libz): libraries
+    found outside the bundle become packages, a carried one does not, an unresolvable one is an
+    error that names it and the file needing it."""
+    import sys
+    import zlib
+
+    ext = Path(zlib.__file__ or "")
+    linked = subprocess.run(["ldd", str(ext)], capture_output=True, text=True).stdout
+    if ext.suffix != ".so" or "libz.so" not in linked:
+        pytest.skip("this Python's zlib module does not link the system's libz")
+    libz = next(line.split("=>")[1].split()[0] for line in linked.splitlines() if "libz.so" in line)
+    if subprocess.run(["dpkg-query", "-S", libz], capture_output=True).returncode != 0:
+        pytest.skip(f"{libz} does not come from a Debian package here")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    shutil.copy(ext, bundle / ext.name)
+    script = [sys.executable, str(ROOT / "packaging" / "deb_depends.py"), str(bundle)]
+
+    def depends() -> list[str]:
+        res = subprocess.run(script, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        return [d.strip().split()[0] for d in res.stdout.split(",")]
+
+    first = depends()
+    assert "libc6" in first and "xkb-data" in first and "fontconfig-config" in first
+    assert "zlib1g" in first
+    shutil.copy(libz, bundle / Path(libz).name)  # now the bundle carries libz
+    assert "zlib1g" not in depends() and "libc6" in depends()
+    (bundle / "broken.so").write_bytes(ext.read_bytes().replace(b"libz.so.1", b"libq.so.1"))
+    res = subprocess.run(script, capture_output=True, text=True)
+    assert res.returncode == 1 and "libq.so.1" in res.stderr and "broken.so" in res.stderr

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Turn the PyInstaller folder (dist/SpecChat, from packaging/build.sh) into a Debian package:
+# dist/specchat_<version>_<arch>.deb, for `sudo apt install ./dist/specchat_<version>_<arch>.deb`.
+#
+#     bash packaging/build-deb.sh [--build]      (--build: run packaging/build.sh first)
+#
+# Layout: the bundle in /opt/specchat; /usr/bin/specchat (every command, the window by default) and
+# /usr/bin/specchat-gui (the menu entry's command) link to it; the .desktop file, the icons (every
+# hicolor size and the SVG) and the AppStream metainfo go where desktops look for them. No
+# maintainer scripts: Debian's triggers refresh the icon cache and the menu.
+#
+# Depends: is derived from the bundle (packaging/deb_depends.py: ldd + dpkg-query + dpkg-shlibdeps),
+# so it names the system libraries the bundle needs but does not carry. Needs dpkg-dev; the
+# validators (desktop-file-utils, appstream) run when installed, and are installed when root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+APP_ID=org.specchat.SpecChat
+BUNDLE=dist/SpecChat
+
+[ "${1:-}" = --build ] && { shift; packaging/build.sh "$@"; }
+[ -x "$BUNDLE/SpecChat" ] || { echo "build-deb.sh: $BUNDLE is missing; run packaging/build.sh first (or pass --build)" >&2; exit 2; }
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  want=""
+  command -v dpkg-shlibdeps >/dev/null || want="$want dpkg-dev"
+  command -v desktop-file-validate >/dev/null || want="$want desktop-file-utils"
+  command -v appstreamcli >/dev/null || want="$want appstream"
+  # shellcheck disable=SC2086 # one word per package
+  [ -z "$want" ] || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $want >/dev/null) \
+    || echo "build-deb.sh: could not install$want" >&2
+fi
+for tool in dpkg-deb dpkg-shlibdeps; do
+  command -v "$tool" >/dev/null || { echo "build-deb.sh: $tool is missing: apt-get install dpkg-dev" >&2; exit 2; }
+done
+
+start=$(date +%s)
+version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+arch=$(dpkg --print-architecture)
+deb=dist/specchat_${version}_${arch}.deb
+root=build/deb/root
+rm -rf build/deb && mkdir -p "$root/DEBIAN" "$root/opt" "$root/usr/bin" "$root/usr/share/applications" \
+  "$root/usr/share/metainfo" "$root/usr/share/icons" "$root/usr/share/doc/specchat"
+
+cp -a "$BUNDLE" "$root/opt/specchat"
+ln -s ../../opt/specchat/SpecChat "$root/usr/bin/specchat"
+ln -s ../../opt/specchat/SpecChat "$root/usr/bin/specchat-gui"
+install -m 644 "resources/$APP_ID.desktop" "$root/usr/share/applications/"
+install -m 644 "resources/$APP_ID.metainfo.xml" "$root/usr/share/metainfo/"
+cp -r resources/icons/hicolor "$root/usr/share/icons/"
+cat > "$root/usr/share/doc/specchat/copyright" <<EOF
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: SpecChat
+
+Files: *
+Copyright: The SpecChat developers
+License: MIT
+ The bundle in /opt/specchat also carries Python, Qt (LGPL-3), PySide6 (LGPL-3) and llama.cpp (MIT)
+ with their own licences.
+EOF
+chmod -R u=rwX,go=rX "$root"
+
+echo "==> deriving Depends from the bundle"
+depends=$(python3 packaging/deb_depends.py "$BUNDLE")
+installed_kb=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
+cat > "$root/DEBIAN/control" <<EOF
+Package: specchat
+Version: $version
+Architecture: $arch
+Maintainer: The SpecChat developers <specchat@users.noreply.github.com>
+Installed-Size: $installed_kb
+Depends: $depends
+Recommends: hicolor-icon-theme
+Section: utils
+Priority: optional
+Homepage: https://github.com/specchat/specchat
+Description: chat with local LLMs, with speculative decoding made visible
+ SpecChat runs a large target model and a small draft model through llama.cpp: the draft
+ proposes tokens, the target verifies them in one batched pass, and every token in the chat is
+ coloured by its fate. Includes live statistics, a memory meter for both models, a model picker
+ and a side-by-side comparison of plain and speculative decoding.
+EOF
+
+if command -v desktop-file-validate >/dev/null; then
+  desktop-file-validate "$root/usr/share/applications/$APP_ID.desktop"
+  echo "desktop-file-validate: OK"
+fi
+if command -v appstreamcli >/dev/null; then
+  appstreamcli validate --no-net "$root/usr/share/metainfo/$APP_ID.metainfo.xml"
+fi
+
+mkdir -p dist
+dpkg-deb --root-owner-group --build "$root" "$deb" >/dev/null
+dpkg-deb --info "$deb" | sed -n '/Package:/,/Description:/p' | grep -v '^ Description'
+echo "==> $deb: $(du -h "$deb" | cut -f1) (installed $(( installed_kb / 1024 )) MB), built in $(( $(date +%s) - start )) s"
