@@ -51,6 +51,8 @@ class Settings:
     # docs/BENCHMARKS.md. Off by
     # default: llama.cpp repacks, and so do we. (The old `repack` key lands in `extra`, ignored.)
     strict: bool = False
+    # Chat: the system prompt of chats that have none of their own ("" for none)
+    system_prompt: str = ""
     # Appearance
     theme: str = "system"  # system | light | dark
     show_colours: bool = True

@@ -101,16 +101,20 @@ class Conversation:
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
     messages: list[Message] = field(default_factory=list)
+    system: str | None = None  # this chat's system prompt; None: the default from the settings
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "version": FORMAT_VERSION,
             "id": self.id,
             "title": self.title,
             "created": self.created,
             "updated": self.updated,
-            "messages": [m.to_json() for m in self.messages],
         }
+        if self.system is not None:
+            data["system"] = self.system
+        data["messages"] = [m.to_json() for m in self.messages]
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> Conversation:
@@ -125,15 +129,40 @@ class Conversation:
             created=float(data.get("created", 0.0)),
             updated=float(data.get("updated", 0.0)),
             messages=[Message.from_json(m) for m in messages],
+            system=data["system"] if isinstance(data.get("system"), str) else None,
         )
 
-    def chat_messages(self) -> list[dict[str, str]]:
-        """What the model sees: role and content, without failed or empty replies."""
-        return [
-            {"role": m.role, "content": m.content}
-            for m in self.messages
-            if m.status != "error" and (m.role == "user" or m.content)
-        ]
+    def system_prompt(self, default: str = "") -> str:
+        return self.system if self.system is not None else default
+
+    def chat_messages(self, default_system: str = "") -> list[dict[str, str]]:
+        """What the model sees: the system prompt, then strictly alternating user and assistant turns.
+
+        A prompt whose reply failed or came back empty is left out with that reply (templates such
+        as Gemma's and Mistral's reject two user turns in a row); the last prompt, whose reply is
+        the one being generated, always stays. Adjacent user turns from older files are joined.
+        """
+        out: list[dict[str, str]] = []
+        system = self.system_prompt(default_system).strip()
+        if system:
+            out.append({"role": "system", "content": system})
+        msgs = self.messages
+        for i, m in enumerate(msgs):
+            if m.role == "assistant":
+                if m.status != "error" and m.content:
+                    out.append({"role": "assistant", "content": m.content})
+                continue
+            if m.role != "user":
+                continue
+            reply = msgs[i + 1] if i + 1 < len(msgs) else None
+            failed = reply is not None and reply.role == "assistant" and (reply.status == "error" or not reply.content)
+            if failed and i + 2 < len(msgs):
+                continue
+            if out and out[-1]["role"] == "user":
+                out[-1] = {"role": "user", "content": out[-1]["content"] + "\n\n" + m.content}
+            else:
+                out.append({"role": "user", "content": m.content})
+        return out
 
     def matches(self, words: Iterable[str]) -> bool:
         haystack = "\n".join([self.title, *(m.content for m in self.messages)]).casefold()
@@ -252,6 +281,43 @@ class ChatStore:
     def rename(self, conv: Conversation, title: str) -> None:
         conv.title = title.strip() or conv.title
         self.save(conv)
+
+    def truncate(self, conv: Conversation, index: int) -> list[Message]:
+        """Drop message `index` and everything after it (edit and resend, regenerate); saved."""
+        removed = conv.messages[index:]
+        del conv.messages[index:]
+        self.save(conv)
+        return removed
+
+    def delete_message(self, conv: Conversation, index: int) -> None:
+        """Delete one message; deleting a prompt deletes its reply too, so turns keep alternating."""
+        end = index + 1
+        if conv.messages[index].role == "user" and end < len(conv.messages) and conv.messages[end].role == "assistant":
+            end += 1
+        del conv.messages[index:end]
+        self.save(conv)
+
+    def fork(self, conv: Conversation, upto: int | None = None, title: str | None = None) -> Conversation:
+        """A new chat holding a copy of `conv`'s first `upto` messages (the old branch, kept)."""
+        copy = Conversation.from_json(json.loads(json.dumps(conv.to_json())))
+        copy.id = new_id()
+        while copy.id in self.conversations:
+            copy.id = new_id()
+        copy.messages = copy.messages[:upto]
+        copy.title = title or conv.title
+        copy.created = time.time()
+        self.save(copy)
+        return copy
+
+    def find(self, prefix: str) -> Conversation:
+        """The conversation whose id is or starts with `prefix` (as `chats export` takes it)."""
+        if prefix in self.conversations:
+            return self.conversations[prefix]
+        hits = [c for c in self.conversations.values() if c.id.startswith(prefix)]
+        if len(hits) != 1:
+            what = "no conversation" if not hits else f"{len(hits)} conversations"
+            raise KeyError(f"{what} with an id starting {prefix!r} in {self.folder} (see `specchat chats list`)")
+        return hits[0]
 
     def delete(self, conv: Conversation) -> None:
         self._close_journal(conv.id, remove=True)

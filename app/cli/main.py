@@ -32,6 +32,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentParser:
+    from app.cli import chats as cli_chats
     from app.cli import hub as cli_hub
     from app.cli import models as cli_models
 
@@ -78,6 +79,7 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
     bench.set_defaults(func=_cmd_bench)
 
     cli_models.register(sub, models_hooks=(cli_hub.register_models_hooks,))
+    cli_chats.register(sub)
     try:
         from app.cli import memory as cli_memory
     except ImportError:  # pragma: no cover - lands with the memory meter

@@ -115,10 +115,12 @@ class SpecSession:
         return engine
 
     def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+        """Ending on an assistant message means "continue this reply" (one cut by the token limit)."""
         model = self.target_model
         text = chat_template.render(model.chat_template(), messages,
                                     bos=model.token_text(model.bos) if model.bos >= 0 else "",
-                                    eos=model.token_text(model.eos) if model.eos >= 0 else "")
+                                    eos=model.token_text(model.eos) if model.eos >= 0 else "",
+                                    continue_final=bool(messages) and messages[-1].get("role") == "assistant")
         return model.tokenize(text, add_special=True, parse_special=True)
 
     def generate(self, prompt: Sequence[int], params: GenParams,

@@ -25,14 +25,24 @@ def _raise(message: str) -> None:
 
 
 def render(template: str | None, messages: Sequence[dict[str, Any]], bos: str = "", eos: str = "",
-           add_generation_prompt: bool = True) -> str:
+           add_generation_prompt: bool = True, continue_final: bool = False) -> str:
+    """The prompt text. `continue_final`: the last message is an assistant reply to go on with, so
+    the text stops right after its content, without the end-of-turn the template closes it with
+    (as transformers' continue_final_message)."""
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader())
     env.globals["raise_exception"] = _raise
     try:
         compiled = env.from_string(template or CHATML)
-        return compiled.render(
-            messages=list(messages), bos_token=bos, eos_token=eos, add_generation_prompt=add_generation_prompt,
-            tools=None,
+        text = compiled.render(
+            messages=list(messages), bos_token=bos, eos_token=eos,
+            add_generation_prompt=add_generation_prompt and not continue_final, tools=None,
         )
     except jinja2.TemplateError as exc:
         raise ChatTemplateError(f"The model's chat template failed to render: {exc}") from exc
+    if continue_final:
+        final = str(messages[-1]["content"]) if messages else ""
+        at = text.rfind(final) if final.strip() else -1
+        if at < 0:
+            raise ChatTemplateError("The chat template changes the reply's text, so it cannot be continued")
+        text = text[: at + len(final)]
+    return text

@@ -1,0 +1,135 @@
+"""Chat features of the Qt-free core: system prompts, strictly alternating history (a failed reply
+never leaves two user turns in a row), edit/regenerate/delete/fork, continuing a reply, export as
+Markdown and JSON, and the `specchat chats` commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.chat.conversations import ChatStore, Conversation, Message
+from app.chat.export import to_json, to_markdown
+from app.models import chat_template
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _conv(*pairs: tuple[str, str, str]) -> Conversation:
+    conv = Conversation(id="c1", title="t")
+    for role, content, status in pairs:
+        conv.messages.append(Message(role, content, status=status))
+    return conv
+
+
+def test_history_alternates_after_a_failed_or_empty_reply() -> None:
+    conv = _conv(("user", "a", "done"), ("assistant", "A", "done"),
+                 ("user", "b", "done"), ("assistant", "", "error"),       # failed at once
+                 ("user", "c", "done"), ("assistant", "", "done"))        # being generated
+    history = conv.chat_messages()
+    assert [m["role"] for m in history] == ["user", "assistant", "user"]
+    assert history[-1]["content"] == "c"  # the unanswered "b" went with its failed reply
+    # Every template the app ships with accepts it (ChatML raises nothing; check alternation).
+    roles = [m["role"] for m in history]
+    assert all(x != y for x, y in zip(roles, roles[1:], strict=False))
+    # A stopped reply that showed text is kept: the model sees what the user saw.
+    conv.messages[3] = Message("assistant", "partial", status="interrupted")
+    assert [m["content"] for m in conv.chat_messages()] == ["a", "A", "b", "partial", "c"]
+    # Adjacent prompts from an older file are joined, never sent as two user turns.
+    old = _conv(("user", "x", "done"), ("user", "y", "done"), ("assistant", "", "done"))
+    assert old.chat_messages() == [{"role": "user", "content": "x\n\ny"}]
+
+
+def test_system_prompt_default_and_per_chat(home: Path) -> None:
+    conv = _conv(("user", "hi", "done"), ("assistant", "", "done"))
+    assert conv.chat_messages() == [{"role": "user", "content": "hi"}]
+    assert conv.chat_messages("Be brief.")[0] == {"role": "system", "content": "Be brief."}
+    conv.system = "Answer in French."
+    assert conv.chat_messages("Be brief.")[0]["content"] == "Answer in French."
+    conv.system = ""  # the chat says: no system prompt, whatever the default
+    assert conv.chat_messages("Be brief.")[0]["role"] == "user"
+    store = ChatStore()
+    conv.system = "Answer in French."
+    store.save(conv)
+    again = ChatStore()
+    again.load_all()
+    assert again.conversations["c1"].system == "Answer in French."
+
+
+def test_truncate_delete_fork(home: Path) -> None:
+    store = ChatStore()
+    conv = store.new()
+    conv.messages = [Message("user", "q1"), Message("assistant", "a1"), Message("user", "q2"),
+                     Message("assistant", "a2")]
+    store.save(conv)
+    branch = store.fork(conv, title="t (earlier branch)")
+    assert branch.id != conv.id and [m.content for m in branch.messages] == ["q1", "a1", "q2", "a2"]
+    removed = store.truncate(conv, 2)  # edit q2 and resend from there
+    assert [m.content for m in removed] == ["q2", "a2"] and len(conv.messages) == 2
+    store.delete_message(conv, 0)  # a prompt goes with its reply
+    assert conv.messages == []
+    reloaded = ChatStore()
+    reloaded.load_all()
+    assert reloaded.conversations[conv.id].messages == []
+    assert len(reloaded.conversations[branch.id].messages) == 4
+    assert reloaded.find(branch.id[:-3]).id == branch.id
+    with pytest.raises(KeyError, match="no conversation"):
+        reloaded.find("nope")
+
+
+def test_continue_renders_the_reply_open() -> None:
+    messages = [{"role": "user", "content": "Count to ten"}, {"role": "assistant", "content": "1, 2, 3,"}]
+    closed = chat_template.render(None, messages, add_generation_prompt=False)
+    open_ = chat_template.render(None, messages, continue_final=True)
+    assert closed.startswith(open_) and open_.endswith("1, 2, 3,") and len(closed) > len(open_)
+
+
+def test_export_markdown_and_json() -> None:
+    conv = _conv(("user", "What is 2+2?", "done"), ("assistant", "4", "done"))
+    conv.messages[1].mode = "lookup"
+    conv.messages[1].tokens = [["4", "t", 0]]
+    conv.messages[1].stats = {"n_tokens": 1, "tokens_per_second": 12.5}
+    md = to_markdown(conv, "Be brief.")
+    assert md.startswith("# t\n") and "## System\n\nBe brief." in md
+    assert md.index("## You") < md.index("What is 2+2?") < md.index("## Assistant") < md.index("\n4\n")
+    assert "mode lookup" in md and "12.5 tok/s" in md
+    data = json.loads(to_json(conv))
+    assert data["system"] == "" and [m["role"] for m in data["messages"]] == ["user", "assistant"]
+    assert "tokens" not in data["messages"][1] and data["messages"][1]["stats"]["n_tokens"] == 1
+
+
+def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = dict(os.environ, SPECCHAT_HOME=str(home))
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=60)
+
+
+def test_chats_cli_list_and_export(home: Path, tmp_path: Path) -> None:
+    store = ChatStore()
+    conv = store.new()
+    conv.title = "Sieve"
+    conv.messages = [Message("user", "Write a sieve"), Message("assistant", "def sieve(n): ...")]
+    store.save(conv)
+    res = _cli("chats", "list", "--json", home=home)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert rows == [{"id": conv.id, "title": "Sieve", "updated": rows[0]["updated"], "messages": 2}]
+    res = _cli("chats", "export", conv.id, "--format", "md", home=home)
+    assert res.returncode == 0 and res.stdout.startswith("# Sieve") and "def sieve(n)" in res.stdout
+    out = tmp_path / "c.json"
+    res = _cli("chats", "export", conv.id[:10], "--format", "json", "-o", str(out), home=home)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(out.read_text())["messages"][0]["content"] == "Write a sieve"
+    res = _cli("chats", "export", "missing", home=home)
+    assert res.returncode != 0 and "no conversation with an id starting 'missing'" in res.stderr
