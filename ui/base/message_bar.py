@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal, Slot
+from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
 
 LEVEL_STYLES = {
@@ -39,8 +39,11 @@ class MessageBar(QFrame):
         self.level = "info"
         self.hide()
 
-    def show_message(self, text: str, level: str = "info", action: tuple[str, str] | None = None) -> None:
-        """Show `text`; `action` is (button text, key emitted by actionTriggered)."""
+    def show_message(self, text: str, level: str = "info", action: tuple[str, str] | None = None,
+                     rich: bool = False) -> None:
+        """Show `text`; `action` is (button text, key emitted by actionTriggered). Plain text unless
+        `rich`: an error quoting `<|im_end|>` or a file name with `<` must show as written."""
+        self._label.setTextFormat(Qt.TextFormat.RichText if rich else Qt.TextFormat.PlainText)
         bg, fg, edge = LEVEL_STYLES[level]
         self.level = level
         self.setStyleSheet(f"MessageBar {{ background: {bg}; border-left: 4px solid {edge}; }}"

@@ -51,6 +51,8 @@ class ChatController(QObject):
         self._error = ""
         self._result = True
         self._waiting: list[TranscriptView] = []
+        self.default_system = ""  # the settings' system prompt, for chats without their own
+        self._new_chat_system: str | None = None  # set before a new chat's first message
         worker.runStarted.connect(self._on_worker_runStarted)
         worker.events.connect(self._on_worker_events)
         worker.finished.connect(self._on_worker_finished)
@@ -64,7 +66,7 @@ class ChatController(QObject):
         if conv is None or self.busy():
             return
         self.conv = conv
-        self.transcript.set_messages(conv.messages)
+        self.transcript.set_messages(conv.messages, conv.system_prompt(self.default_system))
         last = next((m for m in reversed(conv.messages) if m.role == "assistant"), None)
         self.stats.show_saved(stats_from_json(last.stats) if last else None)
         if last is not None and last.compare:
@@ -76,7 +78,8 @@ class ChatController(QObject):
         if self.busy():
             return
         self.conv = None  # created (and saved) with its first message
-        self.transcript.set_messages([])
+        self._new_chat_system = None
+        self.transcript.set_messages([], self.default_system)
         self.compare.begin("draft", True)
         self.stats.reset()
 
@@ -100,22 +103,98 @@ class ChatController(QObject):
     def busy(self) -> bool:
         return self.recorder is not None or self.worker.is_generating()
 
+    def system_prompt(self) -> str:
+        """The system prompt the current chat (or the next new one) uses."""
+        if self.conv is not None:
+            return self.conv.system_prompt(self.default_system)
+        return self._new_chat_system if self._new_chat_system is not None else self.default_system
+
+    def set_system(self, text: str) -> None:
+        """This chat's own system prompt ("" for none); the default stays as it is."""
+        if self.conv is None:
+            self._new_chat_system = text
+        else:
+            self.conv.system = text
+            if self.conv.messages:
+                self.store.save(self.conv)
+        self.transcript.set_system(text)
+
     def submit(self, text: str, runs: Sequence[tuple[str, GenParams]],
                models: dict[str, str | None] | None = None) -> bool:
         if self.busy():
             return False
         if self.conv is None:
             self.conv = self.store.new()
+            self.conv.system, self._new_chat_system = self._new_chat_system, None
         conv = self.conv
         if not any(m.role == "user" for m in conv.messages):
             conv.title = title_from(text)
         user = Message("user", text)
-        reply = Message("assistant", "", mode=runs[-1][1].mode, models=models)
-        conv.messages += [user, reply]
-        history = conv.chat_messages()  # includes the new prompt; the empty reply is left out
-        self.recorder = ReplyRecorder(self.store, conv, reply)  # saves the prompt before anything runs
+        conv.messages.append(user)
         self.transcript.append_message(user)
+        return self._reply(runs, models)
+
+    def regenerate(self, index: int, runs: Sequence[tuple[str, GenParams]],
+                   models: dict[str, str | None] | None = None) -> bool:
+        """Replace reply `index` (and everything after it) by a new reply to the same prompt."""
+        conv = self.conv
+        if self.busy() or conv is None or not 0 < index < len(conv.messages):
+            return False
+        if conv.messages[index].role != "assistant":
+            return False
+        self.store.truncate(conv, index)
+        self.transcript.set_messages(conv.messages, conv.system_prompt(self.default_system))
+        return self._reply(runs, models)
+
+    def edit_resend(self, index: int, text: str, runs: Sequence[tuple[str, GenParams]],
+                    models: dict[str, str | None] | None = None, keep_branch: bool = False) -> bool:
+        """Replace prompt `index` by `text` and answer it; the later turns go, or with
+        `keep_branch` stay in a copy of the chat listed beside it."""
+        conv = self.conv
+        if self.busy() or conv is None or not 0 <= index < len(conv.messages) or not text.strip():
+            return False
+        if conv.messages[index].role != "user":
+            return False
+        if keep_branch:
+            self.store.fork(conv, title=f"{conv.title} (before edit)")
+        self.store.truncate(conv, index)
+        self.transcript.set_messages(conv.messages, conv.system_prompt(self.default_system))
+        return self.submit(text, runs, models)
+
+    def continue_reply(self, runs: Sequence[tuple[str, GenParams]]) -> bool:
+        """Go on with the last reply (cut by the token limit or stopped) where it ended."""
+        conv = self.conv
+        if self.busy() or conv is None or not conv.messages:
+            return False
+        reply = conv.messages[-1]
+        if reply.role != "assistant" or not reply.content:
+            return False
+        history = conv.chat_messages(self.default_system)  # ends on the reply: the engine continues it
+        self.transcript.set_messages(conv.messages[:-1], conv.system_prompt(self.default_system))
+        return self._start(history, reply, runs, continuing=True)
+
+    def delete_message(self, index: int) -> None:
+        conv = self.conv
+        if self.busy() or conv is None or not 0 <= index < len(conv.messages):
+            return
+        self.store.delete_message(conv, index)
+        self.transcript.set_messages(conv.messages, conv.system_prompt(self.default_system))
+        self.conversationsChanged.emit()
+
+    def _reply(self, runs: Sequence[tuple[str, GenParams]], models: dict[str, str | None] | None) -> bool:
+        assert self.conv is not None
+        reply = Message("assistant", "", mode=runs[-1][1].mode, models=models)
+        self.conv.messages.append(reply)
+        history = self.conv.chat_messages(self.default_system)  # the empty reply is left out
+        return self._start(history, reply, runs)
+
+    def _start(self, history: list[dict[str, str]], reply: Message, runs: Sequence[tuple[str, GenParams]],
+               continuing: bool = False) -> bool:
+        assert self.conv is not None
+        self.recorder = ReplyRecorder(self.store, self.conv, reply)  # saves the prompt before anything runs
         self.transcript.begin_reply(reply)
+        if continuing:
+            self.transcript.append_records(reply.tokens or [], reply.ghosts or [])
         self._comparing = any(name == "plain" for name, _ in runs)
         if self._comparing:
             self.compare.begin(runs[-1][1].mode, runs[-1][1].sampling.greedy)

@@ -12,9 +12,10 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QEvent, QMimeData, QPointF, Qt, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import (
     QColor,
+    QDesktopServices,
     QFont,
     QHelpEvent,
     QTextBlockFormat,
@@ -26,11 +27,16 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QTextBrowser, QToolTip, QWidget
 
 from app.chat.conversations import Message
-from ui.base.token_style import PROP_FATE, ghost_format, ghost_text, token_format, tooltip
+from ui.base.token_style import PROP_FATE, PROP_GHOST, ghost_format, ghost_text, token_format, tooltip
 from ui.chat.markdown_render import DIM, ReplyRenderer
 
 RENDER_SLICE_S = 0.010  # Markdown rendering per event-loop turn: the GUI never stalls on a long reply
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
+EXTERNAL_SCHEMES = ("http", "https", "mailto")  # links the browser may open; nothing else navigates
+ACTION_SCHEME = "specchat"  # specchat:ACTION/INDEX, the per-message controls
+PROP_ACTION = QTextCharFormat.Property.UserProperty + 20  # on control links: left out of copies
+USER_ACTIONS = (("edit", "Edit"), ("copy", "Copy"), ("delete", "Delete"))
+REPLY_ACTIONS = (("copy", "Copy"), ("regenerate", "Regenerate"), ("delete", "Delete"))
 
 
 def message_meta(message: Message) -> str:
@@ -76,10 +82,17 @@ class TranscriptView(QTextBrowser):
     """Read-only transcript; one instance per pane (chat, and each side of a comparison)."""
 
     rendered = Signal()  # a finished reply's Markdown rendering is in the document
+    messageAction = Signal(str, int)  # (edit|copy|delete|regenerate|continue|system, message index)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, actions: bool = False) -> None:
         super().__init__(parent)
-        self.setOpenExternalLinks(True)
+        # The widget never follows a link itself: a relative link in a reply would replace the
+        # whole transcript with a file. Web links go to the desktop's browser, controls to us.
+        self.setOpenLinks(False)
+        self.setOpenExternalLinks(False)
+        self.anchorClicked.connect(self._on_anchorClicked)
+        self._actions = actions
+        self._system = ""
         self.setUndoRedoEnabled(False)
         self.setPlaceholderText("Ask something below: each token of the reply is tinted by its fate.")
         self.document().setIndentWidth(18)
@@ -109,10 +122,73 @@ class TranscriptView(QTextBrowser):
 
     # --- whole conversations -----------------------------------------------------------------------
 
-    def set_messages(self, messages: Sequence[Message]) -> None:
+    def set_messages(self, messages: Sequence[Message], system: str = "") -> None:
         self._messages = list(messages)
+        self._system = system
         self._reply_msg = -1
         self.rerender()
+
+    def set_system(self, system: str) -> None:
+        if system != self._system:
+            self._system = system
+            self.rerender()
+
+    @Slot(QUrl)
+    def _on_anchorClicked(self, url: QUrl) -> None:
+        if url.scheme() == ACTION_SCHEME:
+            action, _, index = url.path().partition("/")
+            self.messageAction.emit(action, int(index) if index.lstrip("-").isdigit() else -1)
+        elif url.scheme() in EXTERNAL_SCHEMES:
+            QDesktopServices.openUrl(url)
+        # Anything else (relative paths, file:, javascript:) is ignored: there is nowhere to go.
+
+    def createMimeDataFromSelection(self) -> QMimeData:  # noqa: N802 - Qt override
+        """Copy the reply's own text: no rejected drafts (ghosts), no control links, no tints."""
+        mime = QMimeData()
+        mime.setText(self.selected_text())
+        return mime
+
+    def selected_text(self) -> str:
+        cursor = self.textCursor()
+        start, end = cursor.selectionStart(), cursor.selectionEnd()
+        return self.plain_text(start, end)
+
+    def plain_text(self, start: int = 0, end: int | None = None) -> str:
+        """The document's text between two positions, less ghosts and control links."""
+        end = self.document().characterCount() if end is None else end
+        parts: list[str] = []
+        block = self.document().findBlock(start)
+        first = True
+        while block.isValid() and block.position() < end:
+            if not first:
+                parts.append("\n")
+            first = False
+            it = block.begin()
+            while not it.atEnd():
+                frag = it.fragment()
+                fmt = frag.charFormat()
+                lo, hi = max(frag.position(), start), min(frag.position() + frag.length(), end)
+                if hi > lo and not fmt.boolProperty(PROP_GHOST) and not fmt.boolProperty(PROP_ACTION):
+                    parts.append(frag.text()[lo - frag.position():hi - frag.position()])
+                it += 1
+            block = block.next()
+        return "".join(parts).replace("\u2028", "\n").replace("\u00a0", " ")
+
+    def _controls(self, cursor: QTextCursor, index: int, actions: Sequence[tuple[str, str]]) -> None:
+        if not self._actions:
+            return
+        dim = QTextCharFormat()
+        dim.setForeground(QColor(DIM[self.is_dark()]))
+        dim.setProperty(PROP_ACTION, True)
+        cursor.insertText("   ", dim)
+        for n, (key, label) in enumerate(actions):
+            fmt = QTextCharFormat(dim)
+            fmt.setAnchor(True)
+            fmt.setAnchorHref(f"{ACTION_SCHEME}:{key}/{index}")
+            fmt.setFontPointSize(max(self.font().pointSizeF() - 1.5, 6.0))
+            if n:
+                cursor.insertText(" · ", dim)
+            cursor.insertText(label, fmt)
 
     def rerender(self) -> None:
         cancelled = self._job is not None
@@ -123,6 +199,8 @@ class TranscriptView(QTextBrowser):
         self._positions.clear()
         cursor = self.textCursor()
         cursor.beginEditBlock()  # one layout pass for the whole conversation
+        if self._system:
+            self._system_block(cursor)
         live = self._reply_msg
         for i, message in enumerate(self._messages):
             if i == live:
@@ -136,6 +214,19 @@ class TranscriptView(QTextBrowser):
         if cancelled:
             self.rendered.emit()  # whoever waited for the swap: everything is rendered now
 
+    def _system_block(self, cursor: QTextCursor) -> None:
+        title = QTextCharFormat()
+        title.setFontWeight(QFont.Weight.Bold)
+        title.setForeground(QColor(DIM[self.is_dark()]))
+        cursor.insertText("System prompt", title)
+        self._controls(cursor, -1, (("system", "Edit"),))
+        body = QTextCharFormat()
+        body.setForeground(QColor(DIM[self.is_dark()]))
+        body.setFontItalic(True)
+        cursor.insertBlock(QTextBlockFormat(), body)
+        cursor.insertText(self._system, body)
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+
     def _render_message(self, cursor: QTextCursor, index: int, message: Message) -> None:
         self._header(cursor, index, message)
         if message.role == "assistant" and message.tokens:
@@ -147,9 +238,13 @@ class TranscriptView(QTextBrowser):
         else:
             cursor.insertText(message.content, QTextCharFormat())
         if message.role == "assistant":
-            text = footer_text(message)
-            if text:
-                self._footer(cursor, text)
+            self._footer(cursor, footer_text(message), index)
+
+    def _reply_actions(self, index: int) -> tuple[tuple[str, str], ...]:
+        message = self._messages[index]
+        cut = (message.stats or {}).get("finish_reason") == "length" or message.status == "interrupted"
+        last = index == len(self._messages) - 1
+        return REPLY_ACTIONS[:2] + ((("continue", "Continue"),) if cut and last else ()) + REPLY_ACTIONS[2:]
 
     def _header(self, cursor: QTextCursor, index: int, message: Message) -> None:
         bf = QTextBlockFormat()
@@ -167,9 +262,14 @@ class TranscriptView(QTextBrowser):
             dim = QTextCharFormat()
             dim.setForeground(QColor(DIM[self.is_dark()]))
             cursor.insertText(f"  {meta}", dim)
+        if message.role == "user":
+            self._controls(cursor, index, USER_ACTIONS)
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
 
-    def _footer(self, cursor: QTextCursor, text: str) -> None:
+    def _footer(self, cursor: QTextCursor, text: str, index: int) -> None:
+        """The reply's statistics line, with its controls (added once the reply has ended)."""
+        if not text and not self._actions:
+            return
         bf = QTextBlockFormat()
         bf.setTopMargin(4)
         fmt = QTextCharFormat()
@@ -177,6 +277,7 @@ class TranscriptView(QTextBrowser):
         fmt.setFontPointSize(max(self.font().pointSizeF() - 1.5, 6.0))
         cursor.insertBlock(bf, fmt)
         cursor.insertText(text, fmt)
+        self._controls(cursor, index, self._reply_actions(index))
 
     # --- the streaming reply -------------------------------------------------------------------------
 
@@ -293,9 +394,7 @@ class TranscriptView(QTextBrowser):
             head.setPosition(self._reply_start)
             head.setBlockFormat(first)
         self._positions[job.index] = {t: p + self._reply_start for t, p in job.renderer.positions.items()}
-        text = footer_text(self._messages[job.index])
-        if text:
-            self._footer(cursor, text)
+        self._footer(cursor, footer_text(self._messages[job.index]), job.index)
         cursor.endEditBlock()
         if at_bottom:
             self._scroll_to_end()

@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 import PySide6  # noqa: F401 - before qasync, so qasync binds to PySide6
-from PySide6.QtCore import QObject, QTimer, Slot
+from PySide6.QtCore import QLockFile, QObject, QTimer, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
@@ -54,6 +54,7 @@ def settings_with_args(settings: Settings, args: argparse.Namespace) -> Settings
         "draft_min": args.draft_min, "draft_p_min": args.draft_p_min, "n_ctx": args.ctx_size,
         "n_threads": args.threads, "n_gpu_layers": args.n_gpu_layers,
         "n_gpu_layers_draft": args.n_gpu_layers_draft, "theme": args.theme,
+        "system_prompt": getattr(args, "system", None),
     }
     change: dict[str, Any] = {k: v for k, v in pairs.items() if v is not None}
     if args.no_adapt:
@@ -143,6 +144,18 @@ class Script(QObject):
             QApplication.quit()
 
 
+def profile_lock() -> QLockFile | None:
+    """One window per profile: a second one would delete the first's temporary files and mark its
+    live reply interrupted. A lock left by a crashed instance is stale and taken over."""
+    from app import paths
+
+    folder = paths.data_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = QLockFile(str(folder / "specchat.lock"))
+    lock.setStaleLockTime(0)  # stale only when its process is gone, however long it ran
+    return lock if lock.tryLock(100) else None
+
+
 def run_gui(args: argparse.Namespace) -> int:
     global _window
     install_excepthook()
@@ -157,6 +170,15 @@ def run_gui(args: argparse.Namespace) -> int:
     from ui.shell.main_window import MainWindow
     from ui.shell.theme import apply_theme
 
+    lock = profile_lock()
+    if lock is None:
+        from app import paths
+
+        text = (f"SpecChat is already running with this profile ({paths.data_dir()}). Switch to that window, "
+                "or start another profile with SPECCHAT_HOME=/another/folder.")
+        print(f"specchat: {text}", file=sys.stderr)
+        QMessageBox.warning(None, "SpecChat", text)
+        return 3
     saved, warning = settings_mod.load()
     settings = settings_with_args(saved, args)
     apply_theme(app, settings.theme)
@@ -173,7 +195,7 @@ def run_gui(args: argparse.Namespace) -> int:
         print(f"specchat: warning: {broken}", file=sys.stderr)
     notes = [text for text in (broken, warning) if text]
     if notes:
-        window.errors.show_message("<br>".join(notes), "warning")
+        window.errors.show_message("\n".join(notes), "warning")
     script = Script(window, args)
     window.show()
 
@@ -191,4 +213,5 @@ def run_gui(args: argparse.Namespace) -> int:
         pass
     finally:
         _window = None
+        lock.unlock()
     return script.exit_code

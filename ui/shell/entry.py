@@ -24,6 +24,7 @@ def _register_gui(subparsers: argparse._SubParsersAction) -> None:  # type: igno
     gui.add_argument("--quit-when-done", action="store_true", help="quit after the prompt (and screenshot)")
     gui.add_argument("--open-picker", action="store_true", help="open the model picker at start")
     gui.add_argument("--theme", choices=("system", "light", "dark"), help="override the theme setting")
+    gui.add_argument("--system", metavar="TEXT", help="system prompt for this session's chats without their own")
     add_model_args(gui)
     add_generation_args(gui)
     gui.set_defaults(func=_cmd_gui)

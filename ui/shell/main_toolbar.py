@@ -24,7 +24,7 @@ class MainToolBar(QToolBar):
         self.send_action = self._action("Send", "Ctrl+Return")
         self.stop_action = self._action("Stop", "Esc", "Stop the reply")
         self.search_action = self._action("Search chats", "Ctrl+F")
-        self.quit_action = self._action("Quit", QKeySequence.StandardKey.Quit)
+        self.quit_action = self._action("Quit", "Ctrl+Q")  # StandardKey.Quit is empty on some desktops
         self.mode_box = QComboBox()
         self.mode_box.addItems(CHOICES)
         self.mode_box.setToolTip("auto: hybrid with a GPU and a draft model, else lookup · "

@@ -71,6 +71,9 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self.controller = ChatController(self.store, self.worker, self.transcript, self.compare_view,
                                          self.stats, self.errors, self)
+        self.controller.default_system = self.settings.system_prompt
+        self.transcript.set_system(self.settings.system_prompt)
+        self.dialog: QDialog | None = None  # the edit or system prompt dialog that is open (tests)
         self.models = ModelsController(self.worker, self.model_label, self.progress, self.meter,
                                        self.side.meter_box, self.errors, self)
         self._connect()
@@ -78,13 +81,13 @@ class MainWindow(QMainWindow):
         self._sync_enabled()
         self._update_banner()
         if self.store.problems:
-            self.errors.show_message("<br>".join(self.store.problems), "warning")
+            self.errors.show_message("\n".join(self.store.problems), "warning")
 
     # --- layout --------------------------------------------------------------------------------------
 
     def _build(self) -> None:
         self.conversations = ConversationList(self.store.search)
-        self.transcript = TranscriptView()
+        self.transcript = TranscriptView(actions=True)
         self.transcript.set_overlay(self.settings.show_colours, self.settings.show_ghosts)
         self.compare_view = CompareView()
         self.stack = QStackedWidget()
@@ -145,6 +148,30 @@ class MainWindow(QMainWindow):
         t.stop_action.triggered.connect(self._on_stop_action_triggered)
         t.search_action.triggered.connect(self._on_search_action_triggered)
         t.quit_action.triggered.connect(self.close)
+        self.regenerate_action = t._action("Regenerate reply", "Ctrl+R", "A new reply to the last prompt")
+        self.continue_action = t._action("Continue reply", "Ctrl+Shift+R", "Go on with a reply cut by the token limit")
+        self.system_action = t._action("System prompt…", "Ctrl+Shift+S", "This chat's system prompt")
+        self.export_md_action = t._action("Export chat as Markdown…", "Ctrl+E")
+        self.export_json_action = t._action("Export chat as JSON…", "Ctrl+Shift+E")
+        self.regenerate_action.triggered.connect(self._on_regenerate_action_triggered)
+        self.continue_action.triggered.connect(self._on_continue_action_triggered)
+        self.system_action.triggered.connect(self._on_system_action_triggered)
+        self.export_md_action.triggered.connect(lambda: self.export_chat("md"))
+        self.export_json_action.triggered.connect(lambda: self.export_chat("json"))
+        # A menu bar with every action and its shortcut, so nothing is reachable by key alone.
+        bar = self.menuBar()
+        for title, actions in (
+            ("&File", (t.new_action, None, self.export_md_action, self.export_json_action, None, t.quit_action)),
+            ("&Chat", (t.send_action, t.stop_action, None, self.regenerate_action, self.continue_action,
+                       self.system_action, None, t.compare_action, t.search_action)),
+            ("&Models", (t.models_action, t.settings_action)),
+        ):
+            menu = bar.addMenu(title)
+            for action in actions:
+                if action is None:
+                    menu.addSeparator()
+                else:
+                    menu.addAction(action)
 
     def _connect(self) -> None:
         self.prompt.submitted.connect(self._on_prompt_submitted)
@@ -154,6 +181,7 @@ class MainWindow(QMainWindow):
         self.conversations.newRequested.connect(self._on_new_action_triggered)
         self.conversations.renameRequested.connect(self.controller.rename)
         self.conversations.deleteRequested.connect(self.controller.delete)
+        self.transcript.messageAction.connect(self._on_transcript_messageAction)
         self.controller.conversationsChanged.connect(self._on_controller_conversationsChanged)
         self.controller.busyChanged.connect(self._on_controller_busyChanged)
         self.controller.replyFinished.connect(self._on_controller_replyFinished)
@@ -266,6 +294,104 @@ class MainWindow(QMainWindow):
         draft = Path(config.draft).stem if config.draft and mode == "draft" else None
         return {"target": Path(config.target).stem, "draft": draft}
 
+    # --- message controls ---------------------------------------------------------------------------
+
+    def _ready(self) -> bool:
+        if self.controller.busy():
+            self.errors.show_message("Wait for the reply to end (or stop it) first.", "info")
+            return False
+        if self.loaded is None:
+            self.errors.show_message("No models are loaded: choose a pair (Ctrl+M) first.", "warning")
+            return False
+        return True
+
+    @Slot(str, int)
+    def _on_transcript_messageAction(self, action: str, index: int) -> None:
+        conv = self.controller.conv
+        message = conv.messages[index] if conv is not None and 0 <= index < len(conv.messages) else None
+        if action == "system":
+            self._on_system_action_triggered()
+        elif message is None:
+            return
+        elif action == "copy":
+            QApplication.clipboard().setText(message.content)
+            self.statusBar().showMessage("Message copied", 2000)
+        elif action == "delete" and not self.controller.busy():
+            self.controller.delete_message(index)
+        elif action == "regenerate" and self._ready():
+            self.controller.regenerate(index, self.runs(), self._models())
+        elif action == "continue" and self._ready():
+            self.controller.continue_reply(self._chat_run())
+        elif action == "edit" and not self.controller.busy():
+            from ui.chat.message_dialogs import edit_prompt_dialog
+
+            dialog = edit_prompt_dialog(message.content, self)
+            dialog.accepted.connect(lambda: self._ready() and self.controller.edit_resend(
+                index, dialog.text(), self.runs(), self._models(), keep_branch=dialog.option.isChecked()))
+            self._open_dialog(dialog)
+
+    def _open_dialog(self, dialog: QDialog) -> None:
+        self.dialog = dialog
+        dialog.finished.connect(lambda _r: setattr(self, "dialog", None))
+        dialog.open()
+
+    def _chat_run(self) -> list[tuple[str, GenParams]]:
+        """One run, no comparison: continuing a reply extends the chat's answer only."""
+        return [("chat", self.runs()[-1][1])]
+
+    @Slot()
+    def _on_regenerate_action_triggered(self) -> None:
+        conv = self.controller.conv
+        last = next((i for i in range(len(conv.messages) - 1, -1, -1) if conv.messages[i].role == "assistant"),
+                    None) if conv else None
+        if last is not None and self._ready():
+            self.controller.regenerate(last, self.runs(), self._models())
+
+    @Slot()
+    def _on_continue_action_triggered(self) -> None:
+        if self._ready() and not self.controller.continue_reply(self._chat_run()):
+            self.errors.show_message("There is no reply to continue: the last message is not a reply.", "info")
+
+    @Slot()
+    def _on_system_action_triggered(self) -> None:
+        from ui.chat.message_dialogs import system_prompt_dialog
+
+        dialog = system_prompt_dialog(self.controller.system_prompt(), self.settings.system_prompt, self)
+        dialog.accepted.connect(lambda: self.set_system_prompt(dialog.text(), dialog.option.isChecked()))
+        self._open_dialog(dialog)
+
+    def set_system_prompt(self, text: str, as_default: bool = False) -> None:
+        self.controller.set_system(text)
+        if as_default:
+            self._remember(system_prompt=text)
+            self.controller.default_system = text
+
+    def export_chat(self, fmt: str, path: Path | None = None) -> Path | None:
+        """Save the current chat as Markdown or JSON (asks where unless `path` is given)."""
+        from app.atomic import atomic_write_text
+        from app.chat.export import export
+
+        conv = self.controller.conv
+        if conv is None or not conv.messages:
+            self.errors.show_message("There is nothing to export yet: this chat is empty.", "info")
+            return None
+        if path is None:
+            from PySide6.QtWidgets import QFileDialog
+
+            name = "".join(c if c.isalnum() or c in " -_" else "_" for c in conv.title).strip() or conv.id
+            chosen, _ = QFileDialog.getSaveFileName(self, "Export chat", str(Path.home() / f"{name}.{fmt}"),
+                                                    "Markdown (*.md)" if fmt == "md" else "JSON (*.json)")
+            if not chosen:
+                return None
+            path = Path(chosen)
+        try:
+            atomic_write_text(path, export(conv, fmt, self.settings.system_prompt))
+        except OSError as exc:
+            self.errors.show_message(f"Could not write {path}: {exc.strerror or exc}. Choose another folder.", "error")
+            return None
+        self.statusBar().showMessage(f"Exported to {path}", 4000)
+        return path
+
     @Slot(str)
     def _on_prompt_submitted(self, text: str) -> None:
         self.submit(text)
@@ -290,6 +416,8 @@ class MainWindow(QMainWindow):
         self.mode_box.setEnabled(not generating)
         self.compare_action.setEnabled(not generating)
         self.models_action.setEnabled(not generating)
+        for action in (self.regenerate_action, self.continue_action):
+            action.setEnabled(not generating and self.loaded is not None)
 
     @Slot(bool)
     def _on_controller_replyFinished(self, ok: bool) -> None:
@@ -373,6 +501,9 @@ class MainWindow(QMainWindow):
 
     def _apply_settings(self, changes: dict[str, Any]) -> None:
         self._remember(**changes)
+        if "system_prompt" in changes:
+            self.controller.default_system = self.settings.system_prompt
+            self.transcript.set_system(self.controller.system_prompt())
         if "theme" in changes:
             from ui.shell.theme import apply_theme
 

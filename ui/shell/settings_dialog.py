@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QPlainTextEdit,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -68,7 +69,13 @@ class SettingsDialog(QDialog):
             "flash_attn": QCheckBox("flash attention"),
             "strict": QCheckBox("strict exactness (no CPU repacking, K <= 6: slower)"),
             "theme": QComboBox(),
+            "system_prompt": QPlainTextEdit(),
         }
+        system = self._fields["system_prompt"]
+        assert isinstance(system, QPlainTextEdit)
+        system.setPlaceholderText("none")
+        system.setMaximumHeight(90)
+        system.setToolTip("The system prompt of new chats and of chats without their own (Chat → System prompt…)")
         theme = self._fields["theme"]
         assert isinstance(theme, QComboBox)
         theme.addItems(["system", "light", "dark"])
@@ -81,6 +88,7 @@ class SettingsDialog(QDialog):
                                                     ("Target GPU layers", "n_gpu_layers"),
                                                     ("Draft GPU layers", "n_gpu_layers_draft"),
                                                     ("", "flash_attn"), ("", "strict"))),
+            ("Chat", (("Default system prompt", "system_prompt"),)),
             ("Appearance", (("Theme", "theme"),)),
         )
         columns = QHBoxLayout()
@@ -109,6 +117,8 @@ class SettingsDialog(QDialog):
                 widget.setChecked(bool(value))
             elif isinstance(widget, QComboBox):
                 widget.setCurrentText(str(value))
+            elif isinstance(widget, QPlainTextEdit):
+                widget.setPlainText(str(value))
             elif isinstance(widget, QSpinBox):
                 widget.setValue(-1 if value is None else int(value))
             elif isinstance(widget, QDoubleSpinBox):
@@ -123,6 +133,8 @@ class SettingsDialog(QDialog):
                 value = widget.isChecked()
             elif isinstance(widget, QComboBox):
                 value = widget.currentText()
+            elif isinstance(widget, QPlainTextEdit):
+                value = widget.toPlainText().strip()
             elif isinstance(widget, QSpinBox):
                 value = widget.value()
                 if key == "seed" and value < 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 
 from PySide6.QtWidgets import QWidget
@@ -22,7 +23,7 @@ class SpecState:
 def banner_message(state: SpecState) -> tuple[str, str, tuple[str, str] | None] | None:
     """(text, level, action) for a state, or None when speculation is on as asked."""
     if state.incompatible:
-        return (f"<b>Speculation is off: incompatible pair.</b> {state.incompatible}", "warning",
+        return (f"<b>Speculation is off: incompatible pair.</b> {html.escape(state.incompatible)}", "warning",
                 ("Load the target alone (prompt lookup)", "target_only"))
     if state.governor is not None and state.governor.action == "disable":
         return (f"<b>The governor turned drafting off</b> at step {state.governor.step} (it probes now and "
@@ -51,4 +52,4 @@ class SpecBanner(MessageBar):
         if message is None:
             self.hide()
         else:
-            self.show_message(*message)
+            self.show_message(*message, rich=True)  # our own markup, no user text in it

@@ -1,0 +1,155 @@
+"""The chat features and fixed bugs of issue 13 in the real window, on SmolLM2 (lookup mode): the
+system prompt, continue / regenerate / edit-and-resend / delete through the per-message controls,
+export, links that never navigate the transcript, copies without ghost text, plain-text errors,
+the menu bar, and one instance per profile."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QTextCursor
+
+from app.chat.conversations import ChatStore, Message
+from app.settings import Settings
+from tests.gui_support import fragments, gui_home, open_window
+from ui.chat.transcript_view import PROP_ACTION
+
+pytestmark = pytest.mark.gui
+REPLY_TIMEOUT_MS = 120_000
+
+
+@pytest.fixture(scope="module")
+def window(qapp: Any, smol_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    settings = Settings(n_predict=8, n_ctx=1024, mode="lookup", temperature=0.0)
+    with gui_home(tmp_path_factory.mktemp("gui-features")):
+        w = open_window(smol_path, None, settings)
+        yield w
+        w.close()
+
+
+def _wait_reply(window: Any, qtbot: Any, start: Any) -> None:
+    with qtbot.waitSignal(window.generationFinished, timeout=REPLY_TIMEOUT_MS) as blocker:
+        assert start() is not False
+    assert blocker.args == [True], window.errors.text()
+
+
+def _controls(window: Any) -> list[str]:
+    hrefs = [fmt.anchorHref() for _text, fmt, _pos in fragments(window.transcript)]
+    return [h for h in hrefs if h.startswith("specchat:")]
+
+
+def test_system_prompt_is_shown_sent_and_saved(window: Any, qtbot: Any) -> None:
+    window._on_new_action_triggered()
+    window.set_system_prompt("You answer in one word.")
+    assert window.transcript.toPlainText().startswith("System prompt")
+    assert "You answer in one word." in window.transcript.toPlainText()
+    _wait_reply(window, qtbot, lambda: window.submit("Name a colour."))
+    conv = window.controller.conv
+    assert conv.system == "You answer in one word."
+    saved = {c.id: c for c in ChatStore(window.store.folder).load_all()}[conv.id]
+    assert saved.system == "You answer in one word."
+    assert conv.chat_messages()[0] == {"role": "system", "content": "You answer in one word."}
+
+
+def test_continue_regenerate_edit_delete(window: Any, qtbot: Any) -> None:
+    window._on_new_action_triggered()
+    window.set_system_prompt("")
+    _wait_reply(window, qtbot, lambda: window.submit("Count from 1 to 100, separated by commas."))
+    conv = window.controller.conv
+    first = conv.messages[1].content
+    assert conv.messages[1].stats["finish_reason"] == "length"
+    assert "specchat:continue/1" in _controls(window)  # cut by the limit: it offers to go on
+
+    _wait_reply(window, qtbot, lambda: window.transcript.messageAction.emit("continue", 1))
+    assert len(conv.messages) == 2 and conv.messages[1].content.startswith(first)
+    assert len(conv.messages[1].content) > len(first)
+
+    _wait_reply(window, qtbot, lambda: window.transcript.messageAction.emit("regenerate", 1))
+    assert len(conv.messages) == 2 and conv.messages[1].content == first  # greedy: the same reply again
+
+    before = set(window.store.conversations)
+    _wait_reply(window, qtbot, lambda: window.controller.edit_resend(
+        0, "Count from 5 to 9.", window.runs(), window._models(), keep_branch=True))
+    assert [m.role for m in conv.messages] == ["user", "assistant"]
+    assert conv.messages[0].content == "Count from 5 to 9."
+    (branch_id,) = set(window.store.conversations) - before
+    assert window.store.conversations[branch_id].messages[0].content.startswith("Count from 1 to 100")
+
+    window.transcript.messageAction.emit("delete", 0)
+    assert conv.messages == []
+    assert {c.id: c for c in ChatStore(window.store.folder).load_all()}[conv.id].messages == []
+
+
+def test_export_markdown_and_json(window: Any, qtbot: Any, tmp_path: Path) -> None:
+    window._on_new_action_triggered()
+    _wait_reply(window, qtbot, lambda: window.submit("Say hello."))
+    md = window.export_chat("md", tmp_path / "chat.md")
+    js = window.export_chat("json", tmp_path / "chat.json")
+    assert md is not None and js is not None
+    assert "## You\n\nSay hello." in md.read_text()
+    data = json.loads(js.read_text())
+    assert data["messages"][1]["content"] == window.controller.conv.messages[1].content
+
+
+def _reply_with(window: Any, text: str, ghosts: list[list[Any]] | None = None) -> None:
+    window._on_new_action_triggered()
+    tokens = [[piece, "t", i] for i, piece in enumerate(text.split("|"))]
+    reply = Message("assistant", text.replace("|", ""), tokens=tokens, ghosts=ghosts or [])
+    window.transcript.set_messages([Message("user", "q"), reply])
+
+
+def test_relative_link_in_a_reply_does_not_wipe_the_transcript(window: Any, qtbot: Any) -> None:
+    _reply_with(window, "See the |[guide](setup.md)| for details.")
+    view = window.transcript
+    before = view.toPlainText()
+    (pos,) = [p for _t, fmt, p in fragments(view) if fmt.anchorHref() == "setup.md"]
+    cursor = QTextCursor(view.document())
+    cursor.setPosition(pos + 1)
+    view.ensureCursorVisible()
+    rect = view.cursorRect(cursor)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.center().x(), rect.center().y()))
+    qtbot.wait(50)
+    assert view.source().isEmpty() and view.toPlainText() == before
+
+
+def test_copy_leaves_out_ghosts_and_controls(window: Any) -> None:
+    _reply_with(window, "The |answer| is |42.", ghosts=[[2, " maybe"]])
+    view = window.transcript
+    assert " maybe" in view.toPlainText()  # the ghost is on screen
+    view.selectAll()
+    copied = view.createMimeDataFromSelection().text()
+    assert "The answer is 42." in copied and "maybe" not in copied
+    labels = {text for text, fmt, _p in fragments(view) if fmt.boolProperty(PROP_ACTION)}
+    assert "Regenerate" in labels and "Regenerate" not in copied
+
+
+def test_error_text_is_shown_as_written(window: Any) -> None:
+    window.errors.show_message("The template rejected <|im_end|> in turn 3", "error")
+    assert window.errors._label.textFormat() == Qt.TextFormat.PlainText
+    assert window.errors.text() == "The template rejected <|im_end|> in turn 3"
+    window.errors.hide()
+
+
+def test_menu_bar_holds_every_action_with_its_shortcut(window: Any) -> None:
+    actions = {a.text(): a for menu in window.menuBar().actions() for a in menu.menu().actions() if a.text()}
+    for name in ("New chat", "Quit", "Send", "Stop", "Regenerate reply", "Continue reply", "System prompt…",
+                 "Compare", "Search chats", "Models…", "Settings…", "Export chat as Markdown…"):
+        assert name in actions and not actions[name].shortcut().isEmpty(), name
+
+
+def test_one_instance_per_profile(qapp: Any, tmp_path: Path) -> None:
+    from ui.shell.app import profile_lock
+
+    with gui_home(tmp_path):
+        first = profile_lock()
+        assert first is not None
+        assert profile_lock() is None  # a second window on the same profile is refused
+        first.unlock()
+        again = profile_lock()
+        assert again is not None
+        again.unlock()
