@@ -10,6 +10,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from app import settings as settings_mod
 from app.atomic import atomic_write_text
@@ -21,7 +22,7 @@ from app.cli.options import UserError
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     chats = subparsers.add_parser("chats", help="list and export the saved conversations")
     csub = chats.add_subparsers(dest="chats_command", metavar="COMMAND")
-    chats.set_defaults(func=lambda _args: (chats.print_help(sys.stderr), 2)[1])
+    chats.set_defaults(func=lambda _args: _usage(chats))
     lst = csub.add_parser("list", help="id, title, last update and message count, newest first")
     lst.add_argument("--json", action="store_true", help="print one JSON list")
     lst.add_argument("--folder", type=Path, help="the conversations folder (default: the profile's)")
@@ -34,6 +35,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     exp.set_defaults(func=_cmd_export)
 
 
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
 def _store(folder: Path | None) -> ChatStore:
     store = ChatStore(folder)
     store.load_all()
@@ -43,7 +49,7 @@ def _store(folder: Path | None) -> ChatStore:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"id": c.id, "title": c.title, "updated": c.updated, "messages": len(c.messages)}
         for c in _store(args.folder).sorted()
     ]
