@@ -1,7 +1,8 @@
 """Sampling transforms and coupled sampling, on numpy arrays.
 
-Order follows llama.cpp's default chain: top-k, top-p and min-p on the temperature-1 softmax, then
-temperature. Target (p) and draft (q) go through the same transforms.
+Order follows llama.cpp's default chain: the penalties (app/engine/penalties.py, applied to each row's
+logits with that row's own context before `distribution`), then top-k, top-p and min-p on the
+temperature-1 softmax, then temperature. Target (p) and draft (q) go through the same transforms.
 
 Sampling is *coupled* (Gumbel-max / exponential race, as in drafter-invariant speculative decoding,
 Daliri et al. 2024): token v at sequence position i gets one uniform number u(seed, i, v), and a
@@ -14,6 +15,7 @@ proposed and whatever K the governor picked: it is the reply plain decoding give
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,23 +23,47 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
+    """The defaults are plain greedy decoding without penalties: the "greedy" preset (app.settings), what
+    the exactness checks, the bench and the comparison use."""
+
     temperature: float = 0.0  # <= 0: greedy (argmax), exact token-for-token verification
     top_k: int = 40  # <= 0: whole vocabulary
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int | None = None
+    # llama.cpp's penalties sampler (app/engine/penalties.py), first in the chain, on the last
+    # `repeat_last_n` tokens of the context (prompt included): repeat divides a positive logit and
+    # multiplies a negative one; frequency and presence subtract count * f + (count > 0) * p.
+    repeat_penalty: float = 1.0  # 1: off
+    repeat_last_n: int = 64  # 0: no penalties at all
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether the penalties change anything (llama.cpp's is_disabled, negated)."""
+        return self.repeat_last_n > 0 and (
+            self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0)
 
     def validate(self) -> None:
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
         if not 0.0 <= self.min_p < 1.0:
             raise ValueError(f"min-p must be in [0, 1), got {self.min_p}")
-        if self.temperature < 0:
+        if not self.temperature >= 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not (math.isfinite(self.repeat_penalty) and self.repeat_penalty > 0
+                and math.isfinite(1.0 / self.repeat_penalty)):
+            raise ValueError(f"repeat penalty must be finite and > 0 (1: off), got {self.repeat_penalty}")
+        if self.repeat_last_n < 0:
+            raise ValueError(f"repeat-last-n must be >= 0 (0: penalties off), got {self.repeat_last_n}")
+        for name, value in (("frequency", self.frequency_penalty), ("presence", self.presence_penalty)):
+            if not math.isfinite(value):
+                raise ValueError(f"{name} penalty must be finite, got {value}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from app.engine.acceptance import AcceptanceTally
 from app.engine.drafters import NO_DRAFT, Draft, Drafter
 from app.engine.events import Event, FinishEvent, GenerationStats, StepEvent, TokenEvent, TokenFate
 from app.engine.governor import Governor
+from app.engine.penalties import PenaltyWindow
 from app.engine.sampling import SampleNoise, SamplingParams, distribution, top_two_margin
 from app.llama_backend import ContextFullError, LlamaContext
 
@@ -96,6 +97,8 @@ class SpecEngine:
 
         native_start = self.target.native_ms + self.drafter.native_ms
         context = list(prompt)
+        # Counts of the context's last tokens, kept in step with `context` (None: no penalties).
+        window = PenaltyWindow(sampling, context) if sampling.penalized else None
         emitted: list[int] = []
         margins: list[float] = []
         text_parts: list[str] = []
@@ -127,7 +130,9 @@ class SpecEngine:
                 t_verify = time.perf_counter()
                 self.target.decode([context[-1], *draft.tokens], logits_for="all")
                 verify_ms = (time.perf_counter() - t_verify) * 1000.0
-                out, accepted = self._verify(draft, sampling, noise, len(context), track_margins, margins)
+                if window is not None:
+                    window.sync(context)
+                out, accepted = self._verify(draft, sampling, noise, len(context), window, track_margins, margins)
                 # Roll back: keep the last context token and the accepted drafts, drop the rejected rows.
                 self.target.truncate(n_before + 1 + accepted)
 
@@ -176,14 +181,28 @@ class SpecEngine:
         yield FinishEvent("".join(text_parts), tuple(prompt), tuple(emitted), stats,
                           tuple(margins[: len(emitted)]))
 
-    def _verify(self, draft: Draft, sampling: SamplingParams, noise: SampleNoise, position: int, track_margins: bool,
+    def _verify(self, draft: Draft, sampling: SamplingParams, noise: SampleNoise, position: int,
+                window: PenaltyWindow | None, track_margins: bool,
                 margins: list[float]) -> tuple[list[tuple[int, TokenFate, float | None, float | None]], int]:
         """Judge the draft row by row: row i's own choice (argmax, or the coupled sample for sequence
-        position `position + i`) is emitted; the draft token is accepted when it equals that choice."""
+        position `position + i`) is emitted; the draft token is accepted when it equals that choice.
+        With penalties, row i is penalised with its own context: the window holds the context, and each
+        accepted draft token is pushed before the next row (and taken back out before returning)."""
+        if window is None:
+            return self._judge(draft, sampling, noise, position, None, track_margins, margins)
+        before = window.length
+        try:
+            return self._judge(draft, sampling, noise, position, window, track_margins, margins)
+        finally:
+            window.truncate(before)
+
+    def _judge(self, draft: Draft, sampling: SamplingParams, noise: SampleNoise, position: int,
+               window: PenaltyWindow | None, track_margins: bool,
+               margins: list[float]) -> tuple[list[tuple[int, TokenFate, float | None, float | None]], int]:
         out: list[tuple[int, TokenFate, float | None, float | None]] = []
         n = len(draft.tokens)
         for i in range(n + 1):
-            logits = self.target.logits(i)
+            logits = self.target.logits(i) if window is None else window.apply(self.target.logits(i))
             if track_margins:
                 margins.append(top_two_margin(logits))
             p_choice: float | None = None
@@ -198,6 +217,8 @@ class SpecEngine:
                     q_choice = draft.q[i].prob(choice)
             if i < n and choice == draft.tokens[i]:
                 out.append((choice, TokenFate.ACCEPTED, p_choice, q_choice))
+                if window is not None:
+                    window.push(choice)  # the next row's context ends with this token
                 continue
             fate = TokenFate.CORRECTED if i < n else (TokenFate.BONUS if n else TokenFate.TARGET)
             out.append((choice, fate, p_choice, q_choice))

@@ -1,0 +1,88 @@
+"""Repetition, frequency and presence penalties: llama.cpp's `penalties` sampler (llama-sampler.cpp).
+
+Each token's count among the last `repeat_last_n` tokens of the context (prompt included, as
+llama-server feeds it) lowers its logit: a positive logit is divided by the repeat penalty, a
+negative one multiplied by it, and count * frequency + presence is subtracted, in float32 as
+llama.cpp does. The counts are kept one token at a time, so a step costs the same at any context
+length. Verification judges row i of a batch with the context that row saw (the reply so far plus
+the drafts accepted before it): the engine pushes each accepted draft token before the next row and
+rolls the pushes back after the step, so every row is penalised exactly as plain decoding would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from app.engine.sampling import SamplingParams
+
+
+class PenaltyWindow:
+    """How often each token occurs among the last `last_n` tokens of a growing sequence."""
+
+    def __init__(self, params: SamplingParams, context: Sequence[int] = ()) -> None:
+        self.last_n = params.repeat_last_n
+        self._repeat = np.float32(params.repeat_penalty)
+        self._frequency = np.float32(params.frequency_penalty)
+        self._presence = np.float32(params.presence_penalty)
+        # The sequence's tail, enough to slide the window back as well as forward (at least the window
+        # itself plus everything pushed since); `length` is the whole sequence's length.
+        self._tail: list[int] = []
+        self._counts: dict[int, int] = {}
+        self.length = max(0, len(context) - self.last_n)
+        self.sync(context)
+
+    def sync(self, context: Sequence[int]) -> None:
+        """Take in what `context` (the sequence this window follows, only ever grown) added since."""
+        for token in context[self.length :]:
+            self.push(token)
+
+    def push(self, token: int) -> None:
+        self.length += 1
+        if self.last_n <= 0:
+            return
+        tail, counts = self._tail, self._counts
+        tail.append(token)
+        counts[token] = counts.get(token, 0) + 1
+        if len(tail) > self.last_n:
+            self._drop(tail[-self.last_n - 1])
+
+    def pop(self) -> None:
+        """Undo the last push (the oldest token that slid out comes back)."""
+        self.length -= 1
+        if self.last_n <= 0:
+            return
+        tail = self._tail
+        self._drop(tail.pop())
+        if len(tail) >= self.last_n:
+            back = tail[-self.last_n]
+            self._counts[back] = self._counts.get(back, 0) + 1
+
+    def truncate(self, length: int) -> None:
+        while self.length > length:
+            self.pop()
+
+    def _drop(self, token: int) -> None:
+        left = self._counts[token] - 1
+        if left:
+            self._counts[token] = left
+        else:
+            del self._counts[token]
+
+    def counts(self) -> dict[int, int]:
+        """A copy of the counts (token id -> occurrences in the window); for tests and tools."""
+        return dict(self._counts)
+
+    def apply(self, logits: np.ndarray) -> np.ndarray:
+        """The penalised logits, as a new array (`logits` may be llama.cpp's own output buffer)."""
+        out = np.array(logits, dtype=np.float32)
+        if not self._counts:
+            return out
+        n = len(self._counts)
+        ids = np.fromiter(self._counts.keys(), dtype=np.intp, count=n)
+        count = np.fromiter(self._counts.values(), dtype=np.float32, count=n)
+        x = out[ids]
+        x = np.where(x <= 0, x * self._repeat, x / self._repeat)
+        out[ids] = x - (count * self._frequency + self._presence)
+        return out
