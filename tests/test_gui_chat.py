@@ -131,7 +131,7 @@ def test_stop_mid_reply_leaves_a_consistent_transcript(window: Any, qtbot: Any) 
     assert reply.stats["finish_reason"] == "cancelled"
     assert "stopped by you" in window.transcript.toPlainText()
     # What a reload shows is exactly what the window shows.
-    fresh = TranscriptView()
+    fresh = TranscriptView(actions=True)  # as in the window: with the per-message controls
     qtbot.addWidget(fresh)
     fresh.set_messages(conv.messages)
     assert fresh.toPlainText() == window.transcript.toPlainText()

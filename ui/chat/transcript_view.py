@@ -242,9 +242,10 @@ class TranscriptView(QTextBrowser):
 
     def _reply_actions(self, index: int) -> tuple[tuple[str, str], ...]:
         message = self._messages[index]
+        # Offered on every cut reply, not only the last: a footer is drawn once, and a later turn
+        # must not make the live document differ from a reload. Only the last one can go on.
         cut = (message.stats or {}).get("finish_reason") == "length" or message.status == "interrupted"
-        last = index == len(self._messages) - 1
-        return REPLY_ACTIONS[:2] + ((("continue", "Continue"),) if cut and last else ()) + REPLY_ACTIONS[2:]
+        return REPLY_ACTIONS[:2] + ((("continue", "Continue"),) if cut else ()) + REPLY_ACTIONS[2:]
 
     def _header(self, cursor: QTextCursor, index: int, message: Message) -> None:
         bf = QTextBlockFormat()

@@ -320,6 +320,9 @@ class MainWindow(QMainWindow):
             self.controller.delete_message(index)
         elif action == "regenerate" and self._ready():
             self.controller.regenerate(index, self.runs(), self._models())
+        elif action == "continue" and index != len(conv.messages) - 1:  # type: ignore[union-attr]
+            self.errors.show_message("Only the last reply can be continued; Edit its prompt to start a new "
+                                     "branch from there.", "info")
         elif action == "continue" and self._ready():
             self.controller.continue_reply(self._chat_run())
         elif action == "edit" and not self.controller.busy():
