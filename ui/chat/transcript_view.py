@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import shiboken6
 from PySide6.QtCore import QEvent, QMimeData, QPointF, Qt, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import (
     QColor,
@@ -31,6 +32,8 @@ from ui.base.token_style import PROP_FATE, PROP_GHOST, ghost_format, ghost_text,
 from ui.chat.markdown_render import DIM, ReplyRenderer
 
 RENDER_SLICE_S = 0.010  # Markdown rendering per event-loop turn: the GUI never stalls on a long reply
+REBUILD_SLICE_S = 0.030  # whole-chat rebuilds: a slice ends after the message that passes this
+SHOWN_MESSAGES = 40  # messages a chat opens with; older ones come with "Show earlier messages"
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 EXTERNAL_SCHEMES = ("http", "https", "mailto")  # links the browser may open; nothing else navigates
 ACTION_SCHEME = "specchat"  # specchat:ACTION/INDEX, the per-message controls
@@ -71,6 +74,14 @@ def footer_text(message: Message) -> str:
 
 
 @dataclass
+class _Rebuild:
+    doc: QTextDocument
+    positions: dict[int, dict[int, int]]
+    steps: Iterator[None]
+    to_bottom: bool
+
+
+@dataclass
 class _RenderJob:
     index: int
     doc: QTextDocument
@@ -106,6 +117,9 @@ class TranscriptView(QTextBrowser):
         self._pending_ghosts: dict[int, list[str]] = {}
         self._positions: dict[int, dict[int, int]] = {}  # message -> token -> document position
         self._job: _RenderJob | None = None
+        self._rebuild: _Rebuild | None = None
+        self._shown = SHOWN_MESSAGES
+        self._first = 0  # index of the first message in the document
         self._render_timer = QTimer(self)
         self._render_timer.setInterval(0)
         self._render_timer.timeout.connect(self._on_render_timer_timeout)
@@ -126,7 +140,8 @@ class TranscriptView(QTextBrowser):
         self._messages = list(messages)
         self._system = system
         self._reply_msg = -1
-        self.rerender()
+        self._shown = SHOWN_MESSAGES
+        self.rerender(to_bottom=True)  # a chat opens on its newest messages
 
     def set_system(self, system: str) -> None:
         if system != self._system:
@@ -137,6 +152,9 @@ class TranscriptView(QTextBrowser):
     def _on_anchorClicked(self, url: QUrl) -> None:
         if url.scheme() == ACTION_SCHEME:
             action, _, index = url.path().partition("/")
+            if action == "more":
+                self.show_earlier()
+                return
             self.messageAction.emit(action, int(index) if index.lstrip("-").isdigit() else -1)
         elif url.scheme() in EXTERNAL_SCHEMES:
             QDesktopServices.openUrl(url)
@@ -190,29 +208,64 @@ class TranscriptView(QTextBrowser):
                 cursor.insertText(" · ", dim)
             cursor.insertText(label, fmt)
 
-    def rerender(self) -> None:
-        cancelled = self._job is not None
+    def rerender(self, to_bottom: bool | None = None) -> None:
+        """Rebuild the document: the newest SHOWN_MESSAGES messages (a "show earlier" link brings
+        more), built in a detached document RENDER_SLICE_S at a time and swapped in at once, so
+        opening a 200-message chat or changing the theme never blocks the window for long."""
         self._job = None
+        self._rebuild = None
         self._render_timer.stop()
-        at_bottom = self._at_bottom()
-        self.clear()
-        self._positions.clear()
-        cursor = self.textCursor()
-        cursor.beginEditBlock()  # one layout pass for the whole conversation
+        doc = QTextDocument(self)
+        doc.setDefaultFont(self.font())
+        doc.setIndentWidth(self.document().indentWidth())
+        doc.setDocumentMargin(self.document().documentMargin())
+        first = max(0, len(self._messages) - self._shown)
+        if self._reply_msg >= 0:
+            first = min(first, self._reply_msg)  # the live reply is always in the document
+        positions: dict[int, dict[int, int]] = {}
+        self._rebuild = _Rebuild(doc, positions, self._build(QTextCursor(doc), first, positions),
+                                 self._at_bottom() if to_bottom is None else to_bottom)
+        self._first = first
+        self._on_render_timer_timeout()  # a short chat is done in this first slice
+        if self._rebuild is not None:
+            if self._reply_msg >= 0:
+                self.complete_render()  # tokens are streaming into it: no waiting
+            else:
+                self._render_timer.start()
+
+    def _build(self, cursor: QTextCursor, first: int, positions: dict[int, dict[int, int]]) -> Iterator[None]:
+        if first > 0:
+            self._controls(cursor, -1, (("more", f"Show {min(first, SHOWN_MESSAGES)} earlier messages "
+                                                 f"(of {first})"),))
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         if self._system:
             self._system_block(cursor)
-        live = self._reply_msg
-        for i, message in enumerate(self._messages):
-            if i == live:
+        for i in range(first, len(self._messages)):
+            message = self._messages[i]
+            if i == self._reply_msg:
                 self._begin_reply_at(cursor, i)
                 self._append(cursor, message.tokens or [], message.ghosts or [], 0)
+                positions[i] = self._positions.pop(i, {})
             else:
-                self._render_message(cursor, i, message)
-        cursor.endEditBlock()
-        if at_bottom:
+                self._render_message(cursor, i, message, positions)
+            yield
+
+    def _swap(self, job: _Rebuild) -> None:
+        """Put a finished rebuild on screen."""
+        self._rebuild = None
+        self._render_timer.stop()
+        old = self.document()
+        self.setDocument(job.doc)  # Qt deletes the widget's own first document itself
+        if shiboken6.isValid(old) and old.parent() is self:
+            old.deleteLater()  # one of ours, from an earlier rebuild
+        self._positions = job.positions
+        if job.to_bottom:
             self._scroll_to_end()
-        if cancelled:
-            self.rendered.emit()  # whoever waited for the swap: everything is rendered now
+        self.rendered.emit()
+
+    def show_earlier(self) -> None:
+        self._shown += SHOWN_MESSAGES
+        self.rerender(to_bottom=False)
 
     def _system_block(self, cursor: QTextCursor) -> None:
         title = QTextCharFormat()
@@ -227,14 +280,15 @@ class TranscriptView(QTextBrowser):
         cursor.insertText(self._system, body)
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
 
-    def _render_message(self, cursor: QTextCursor, index: int, message: Message) -> None:
+    def _render_message(self, cursor: QTextCursor, index: int, message: Message,
+                        positions: dict[int, dict[int, int]] | None = None) -> None:
         self._header(cursor, index, message)
         if message.role == "assistant" and message.tokens:
             renderer = ReplyRenderer(cursor, message.tokens, message.ghosts or [], index,
                                      colours=self._colours, show_ghosts=self._ghosts, dark=self.is_dark(),
                                      base_point_size=self.font().pointSizeF())
             renderer.render()
-            self._positions[index] = renderer.positions
+            (self._positions if positions is None else positions)[index] = renderer.positions
         else:
             cursor.insertText(message.content, QTextCharFormat())
         if message.role == "assistant":
@@ -357,10 +411,15 @@ class TranscriptView(QTextBrowser):
             self._render_timer.start()
 
     def render_pending(self) -> bool:
-        return self._job is not None
+        return self._job is not None or self._rebuild is not None
 
     def complete_render(self) -> None:
-        """Finish a pending Markdown rendering now (before the document changes under it)."""
+        """Finish pending rendering now (before the document changes under it)."""
+        rebuild = self._rebuild
+        if rebuild is not None:
+            for _ in rebuild.steps:
+                pass
+            self._swap(rebuild)
         job = self._job
         if job is not None:
             for _ in job.steps:
@@ -369,6 +428,14 @@ class TranscriptView(QTextBrowser):
 
     @Slot()
     def _on_render_timer_timeout(self) -> None:
+        rebuild = self._rebuild
+        if rebuild is not None:
+            deadline = time.perf_counter() + REBUILD_SLICE_S
+            for _ in rebuild.steps:
+                if time.perf_counter() >= deadline:
+                    return
+            self._swap(rebuild)
+            return
         job = self._job
         if job is None:
             self._render_timer.stop()
