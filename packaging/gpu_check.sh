@@ -1,47 +1,64 @@
 #!/usr/bin/env bash
-# The GPU checks of the memory meter and the engine, as one script (for a lent GPU machine, or for
-# llama.cpp's Vulkan backend on a software device where there is none).
+# SpecChat's GPU check: one command for a lent NVIDIA machine with no network, and its dry run.
 #
-#     bash packaging/gpu_check.sh cuda|vulkan [OUT_DIR]
+#     bash packaging/gpu_check.sh --out DIR            # on the GPU machine (CUDA), ~4 min, 7 min at most
+#     bash packaging/gpu_check.sh --dry-run --out DIR  # here or in CI: the same check on the CPU build
 #
-# Builds llama-cpp-python (the version pyproject.toml pins) for the backend into .venv-gpu-BACKEND
-# (never the project's .venv; pip's wheel cache is bypassed so a CPU wheel is never reused), then
-# writes to OUT_DIR (default gpu-check-BACKEND/): doctor.json, memory-grid.md (predicted vs
-# measured over contexts 2048/8192/32768 and zero/partial/full offload; -closed-form.md without
-# llama.cpp's dry run for the compute buffers), the memory tests' log,
-# and a short greedy bench that checks speculative output against plain decoding on the GPU
-# (GPU_CHECK_TOKENS tokens per prompt, default 32; llvmpipe decodes the demo target at 0.15 tok/s).
-#
-# Vulkan on a machine without a GPU: `apt-get install mesa-vulkan-drivers libvulkan-dev glslc`,
-# and GGML_VK_VISIBLE_DEVICES=0 so llama.cpp uses llvmpipe (it skips CPU-type devices otherwise).
-# Debian 12's Vulkan headers (1.3.239) are too old for this llama.cpp: point VULKAN_INCLUDE_DIR at
-# newer ones (for example Debian 13's libvulkan-dev, unpacked with `dpkg -x`).
+# Writes DIR/report.json and DIR/report.md (fields and plan: docs/GPU.md). The GPU run needs what
+# `bash packaging/gpu_kit/prepare.sh` puts in packaging/gpu_kit/carry/ on a machine with a network
+# (the CUDA wheel, three pure-Python wheels the GPU image lacks, the demo pair's GGUF headers), and
+# the device tool's `carry: ["packaging/gpu_kit/carry"]`. It installs nothing from a network: the
+# wheels go to a scratch folder, cuBLAS and the CUDA runtime come from the machine's own packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-backend=${1:?usage: gpu_check.sh cuda|vulkan [OUT_DIR]}
-out=${2:-gpu-check-$backend}
-case "$backend" in
-  cuda) cmake="-DGGML_CUDA=on" ;;
-  vulkan) cmake="-DGGML_VULKAN=on${VULKAN_INCLUDE_DIR:+ -DVulkan_INCLUDE_DIR=$VULKAN_INCLUDE_DIR}" ;;
-  *) echo "gpu_check.sh: backend must be cuda or vulkan, not $backend" >&2; exit 2 ;;
-esac
-pin=$(python3 -c 'import re,sys; print(re.search(r"llama-cpp-python==([\w.]+)", open("pyproject.toml").read())[1])')
-venv=.venv-gpu-$backend
+root=$PWD
+out="" dry=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out=${2:?--out needs a folder}; shift 2 ;;
+    --dry-run) dry=1; shift ;;
+    *) echo "usage: gpu_check.sh [--dry-run] --out DIR" >&2; exit 2 ;;
+  esac
+done
+[ -n "$out" ] || { echo "usage: gpu_check.sh [--dry-run] --out DIR" >&2; exit 2; }
 mkdir -p "$out"
-if ! "$venv/bin/python" -c 'import llama_cpp' 2>/dev/null; then
-  echo "==> building llama-cpp-python $pin with $cmake (long: the GPU kernels compile)"
-  python3 -m venv "$venv"
-  CMAKE_ARGS="$cmake -DLLAVA_BUILD=OFF" "$venv/bin/pip" install --no-cache-dir "llama-cpp-python==$pin"
+out=$(cd "$out" && pwd)
+kit=packaging/gpu_kit
+start=$(date +%s)
+
+if [ "$dry" = 1 ]; then
+  py=python3
+  [ -x .venv/bin/python ] && py=.venv/bin/python
+  export GPU_CHECK_BUDGET_S=${GPU_CHECK_BUDGET_S:-1200}
+  set +e
+  PYTHONUNBUFFERED=1 "$py" "$kit/check.py" --dry-run --out "$out"
+  rc=$?
+  echo "==> dry run finished in $(( $(date +%s) - start )) s: $out/report.json"
+  exit $rc
 fi
-"$venv/bin/pip" install -q -e ".[test,nvidia]"
-"$venv/bin/specchat" models fetch-demo
-"$venv/bin/specchat" doctor --json | tee "$out/doctor.json"
-"$venv/bin/python" packaging/memory_grid.py "$venv/bin/specchat" | tee "$out/memory-grid.md"
-"$venv/bin/python" packaging/memory_grid.py "$venv/bin/specchat" --model-compute > "$out/memory-grid-closed-form.md"
-QT_QPA_PLATFORM=offscreen "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_memory.py \
-  2>&1 | tee "$out/test_memory.log"
-head -2 app/data/bench_prompts.jsonl > "$out/prompts.jsonl"
-"$venv/bin/specchat" bench --prompts "$out/prompts.jsonl" --modes draft,lookup --no-adapt \
-  -n "${GPU_CHECK_TOKENS:-32}" \
-  | tee "$out/bench.txt"
-echo "==> results in $out/"
+
+# --- the GPU machine ---------------------------------------------------------------------------
+# Measured before anything is written into the tree: this is what travelled.
+export GPU_KIT_CARRY_BYTES=$(python3 "$kit/carry_size.py" --bytes)
+echo "==> carried: $GPU_KIT_CARRY_BYTES bytes"
+(nvidia-smi || echo "nvidia-smi failed") > "$out/nvidia-smi.txt" 2>&1
+head -15 "$out/nvidia-smi.txt"
+shopt -s nullglob
+wheels=("$kit"/carry/wheels/*.whl)
+cuda_wheel=("$kit"/carry/wheels/llama_cpp_python-*.whl)
+[ ${#cuda_wheel[@]} = 1 ] || { echo "gpu_check: no CUDA wheel in $kit/carry/wheels: run prepare.sh and carry $kit/carry" >&2; exit 2; }
+[ -f "$kit/carry/headers/demo-target.gguf.gz" ] || { echo "gpu_check: no GGUF headers in $kit/carry/headers" >&2; exit 2; }
+site=/tmp/specchat-site
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "${wheels[@]}"
+export PYTHONPATH="$site:$root${PYTHONPATH:+:$PYTHONPATH}"
+# libcudart.so.13 and libcublas.so.13: from the image's NVIDIA Python packages or a toolkit.
+libs=$(python3 "$kit/cuda_libs.py")
+export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "==> CUDA libraries from: $libs"
+python3 -c "import llama_cpp, sys; print('llama_cpp', llama_cpp.__version__, 'GPU offload:', bool(llama_cpp.llama_supports_gpu_offload()))"
+set +e
+PYTHONUNBUFFERED=1 timeout -k 10 "${GPU_CHECK_TIMEOUT_S:-500}" python3 "$kit/check.py" --out "$out" \
+  --budget-s "${GPU_CHECK_BUDGET_S:-420}" 2>&1 | tee "$out/check.log"
+rc=${PIPESTATUS[0]}
+echo "==> GPU check finished in $(( $(date +%s) - start )) s (exit $rc): $out/report.json"
+exit $rc

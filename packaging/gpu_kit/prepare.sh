@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Everything the GPU run needs that the GPU machine cannot fetch, into packaging/gpu_kit/carry/
+# (git-ignored; the device tool's `carry` takes it along):
+#
+#     bash packaging/gpu_kit/prepare.sh      # here, with a network and the demo pair; ~20 min the first time
+#
+# - wheels/: the CUDA build of llama-cpp-python (build_cuda_wheel.sh, cached) and the pure-Python
+#   packages SpecChat's engine imports that the GPU image lacks (gguf, diskcache, platformdirs; it
+#   has numpy, jinja2, psutil, pyyaml, tqdm, requests and nvidia-ml-py), at the versions of .venv;
+# - headers/: the demo pair's GGUF metadata, tokenizer and tensor table (gguf_headers.py).
+# Then prints what will travel, which must stay under 64 MiB.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+kit=packaging/gpu_kit
+py=.venv/bin/python
+[ -x "$py" ] || { echo "prepare: run 'python3 bootstrap.py test' first (it makes .venv and fetches the demo pair)" >&2; exit 2; }
+bash "$kit/build_cuda_wheel.sh"
+mkdir -p "$kit/carry/wheels"
+for name in gguf diskcache platformdirs; do
+  version=$("$py" -c "from importlib.metadata import version; print(version('$name'))")
+  ls "$kit"/carry/wheels/"$name"-"$version"-*.whl >/dev/null 2>&1 ||
+    "$py" -m pip download -q --no-deps --only-binary=:all: -d "$kit/carry/wheels" "$name==$version"
+done
+PYTHONPATH=. "$py" "$kit/gguf_headers.py" "$kit/carry/headers"
+"$py" "$kit/carry_size.py"

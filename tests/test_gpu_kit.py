@@ -1,0 +1,125 @@
+"""The GPU kit (packaging/gpu_kit, docs/GPU.md): synthetic GGUFs from the demo pair's headers, the
+trace replay, and the whole dry run of `packaging/gpu_check.sh` on this build, as CI runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+ROOT = Path(__file__).resolve().parents[1]
+KIT = ROOT / "packaging" / "gpu_kit"
+sys.path.insert(0, str(KIT))
+
+import gguf_headers  # noqa: E402
+import replay  # noqa: E402
+import synth_gguf  # noqa: E402
+
+REPORT_FIELDS = ("backend", "memory", "verify_ms", "identity", "engine_overhead_pct", "predicted_speedup",
+                 "carry_bytes", "governor")
+
+
+@pytest.fixture(scope="module")
+def headers(tmp_path_factory: pytest.TempPathFactory, target_path: Path, draft_path: Path) -> dict:
+    folder = tmp_path_factory.mktemp("headers")
+    gguf_headers.extract_demo(target_path.parent, folder)
+    return {name: gguf_headers.load(folder / f"{name}.gguf.gz") for name in gguf_headers.SOURCES}
+
+
+def test_headers_are_small_and_rebuild_the_real_tensor_tables(headers: dict, target_path: Path,
+                                                              draft_path: Path) -> None:
+    for name, real in (("demo-target", target_path), ("demo-draft", draft_path)):
+        reader = GGUFReader(real)
+        table = [(t.name, [int(d) for d in t.shape], t.tensor_type.name) for t in reader.tensors]
+        spec = synth_gguf.spec_from(headers[name], name)
+        assert spec.tensors == table  # names, ggml dims and quantisation types, in file order
+        assert len(headers[name].value("tokenizer.ggml.tokens")) == 151936
+    # the whole kit travels to the GPU machine: each header must stay a small fraction of 64 MiB
+    assert all(len(h.value("tokenizer.ggml.merges")) > 100000 for h in headers.values())
+
+
+def test_synthetic_blocks_are_valid_and_finite(headers: dict, tmp_path: Path) -> None:
+    spec = synth_gguf.spec_from(headers["demo-draft"], "draft", layers=1)
+    path = synth_gguf.write(spec, tmp_path / "draft.gguf")
+    reader = GGUFReader(path)
+    assert [(t.name, [int(d) for d in t.shape], t.tensor_type.name) for t in reader.tensors] == spec.tensors
+    types_seen = set()
+    for t in reader.tensors:
+        if t.name.startswith("blk.0.") or t.name == "output_norm.weight":
+            values = dequantize(t.data, t.tensor_type)
+            assert np.isfinite(values).all(), t.name
+            assert 0 < np.abs(values).mean() < 2.0, t.name  # norms ~1, weights ~1/sqrt(n_in)
+            types_seen.add(t.tensor_type.name)
+    assert {"Q5_0", "Q8_0", "F32"} <= types_seen  # the draft's mix (and Q6_K/Q4_K in ffn_down)
+
+
+def test_7b_shape_follows_the_published_config_and_pairs_with_the_draft(headers: dict, tmp_path: Path) -> None:
+    from app.models.pair_doctor import check_pair
+
+    specs = synth_gguf.demo_specs(headers["demo-target"], headers["demo-draft"],
+                                  {"target-7b": 1, "draft-0.5b": 1, "target-1.5b": 1})
+    seven = dict((n, (d, t)) for n, d, t in specs["target-7b"].tensors)
+    assert seven["output.weight"] == ([3584, 152064], "Q6_K")
+    assert seven["token_embd.weight"] == ([3584, 152064], "Q4_K")
+    assert seven["blk.0.attn_k.weight"][0] == [3584, 512]  # 4 KV heads of 128
+    assert seven["blk.0.ffn_down.weight"][0] == [18944, 3584]
+    target = synth_gguf.write(specs["target-7b"], tmp_path / "t.gguf")
+    draft = synth_gguf.write(specs["draft-0.5b"], tmp_path / "d.gguf")
+    report = check_pair(target, draft)
+    assert report.compatible, report.reason
+
+
+def _trace(bits: str) -> dict:
+    return {"id": "t", "n_reply": len(bits), "draft_agree": bits, "lookup": [[0, 0, 0]] * len(bits)}
+
+
+def test_replay_keeps_drafting_where_the_costs_say_it_pays() -> None:
+    gpu = replay.Costs({r: 5.0 + 0.1 * r for r in range(1, 18)}, draft_ms=1.0, step_ms={})
+    good = replay.predict([_trace(("1" * 9 + "0") * 30)], gpu, k_max=6)["draft"]
+    assert good["drafting_pays"] and good["governor_ok"] and good["governed"] > 1.8
+    bad = replay.predict([_trace("0" * 300)], gpu, k_max=6)["draft"]
+    assert not bad["drafting_pays"] and bad["governor_ok"] and bad["replies_drafting_at_end"] == 0
+    serial = replay.Costs({r: 5.0 * r for r in range(1, 18)}, draft_ms=2.0, step_ms={})
+    assert not replay.predict([_trace("1" * 300)], serial, k_max=6)["draft"]["drafting_pays"]
+
+
+def test_committed_traces_come_from_the_demo_pair() -> None:
+    data = json.loads((KIT / "acceptance_traces.json").read_text())
+    assert data["pair"]["target"].startswith("qwen2.5-coder-1.5b") and data["pair"]["draft"].startswith("qwen2.5")
+    assert len(data["traces"]) >= 5
+    for t in data["traces"]:
+        assert len(t["draft_agree"]) == t["n_reply"] == len(t["lookup"]) > 0
+
+
+@pytest.mark.slow
+def test_dry_run_writes_every_report_field(tmp_path: Path, target_path: Path, draft_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", "packaging/gpu_check.sh", "--dry-run", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert (out / "report.md").read_text().startswith("# SpecChat GPU check (dry run)")
+    for field in REPORT_FIELDS:
+        assert field in report, field
+    assert not report["errors"]
+    memory = report["memory"]
+    assert {m["n_ctx"] for m in memory} >= {2048, 8192, 32768}
+    assert {m["model"] for m in memory} == {"target-1.5b", "draft-0.5b", "target-7b"}
+    assert {m["n_gpu_layers"] for m in memory} >= {0, -1} and any(m["n_gpu_layers"] > 0 for m in memory)
+    for m in memory:
+        assert m["reported_bytes"] > 0
+        assert abs(m["predicted_bytes"] - m["reported_bytes"]) <= 0.05 * m["reported_bytes"], m
+    for model in ("target-1.5b", "draft-0.5b", "target-7b"):
+        assert set(range(1, 17)) <= {int(k) for k in report["verify_ms"][model]}
+    assert set(report["identity"]["target-1.5b"]) == {"flash_attn_on", "flash_attn_off"}
+    assert set(report["engine_overhead_pct"]["1.5b/0.5b"]) == {"none", "lookup", "draft", "hybrid"}
+    for pair in ("1.5b/0.5b", "7b/0.5b"):
+        assert set(report["predicted_speedup"][pair]) == {"draft", "lookup", "hybrid"}
+        assert set(report["governor"]["engine"][pair]) == {"lookup", "draft", "hybrid"}
+    assert 0 < report["carry_bytes"] < 64 << 20
