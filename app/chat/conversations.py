@@ -8,7 +8,8 @@ chat shows the same colours as when it was generated:
 
 Crash safety: the conversation file is only ever replaced atomically (app.atomic), and while a
 reply streams, each batch of tokens is first appended to `<id>.journal` (one JSON line per batch,
-flushed before it is shown) and the whole file is rewritten at most once a second and at the end.
+flushed before it is shown); the whole file is rewritten when the reply starts and ends, not while
+it streams (two fsyncs of a long chat on the GUI thread every second showed as stutter).
 Loading replays a leftover journal, so a crash or kill loses nothing that was on screen. A file
 that cannot be read is moved aside (never deleted or overwritten) and reported.
 """
@@ -40,7 +41,7 @@ FATE_CODES: dict[TokenFate, str] = {
     TokenFate.TARGET: "t",
 }
 CODE_FATES: dict[str, TokenFate] = {code: fate for fate, code in FATE_CODES.items()}
-SNAPSHOT_INTERVAL_S = 1.0
+SNAPSHOT_INTERVAL_S: float | None = None  # periodic rewrites while streaming: off (the journal suffices)
 
 TokenRecord = list[Any]  # [text, code, step] or [text, code, step, p, q]
 GhostRecord = list[Any]  # [position, text]
@@ -360,10 +361,10 @@ class ChatStore:
 
 
 class ReplyRecorder:
-    """Feeds one streaming reply into its message: journal first, snapshot every second, save at the end."""
+    """Feeds one streaming reply into its message: journal first, save at the start and the end."""
 
     def __init__(self, store: ChatStore, conv: Conversation, message: Message,
-                 interval_s: float = SNAPSHOT_INTERVAL_S) -> None:
+                 interval_s: float | None = SNAPSHOT_INTERVAL_S) -> None:
         self.store, self.conv, self.message = store, conv, message
         self.index = conv.messages.index(message)
         self.interval_s = interval_s
@@ -380,7 +381,7 @@ class ReplyRecorder:
         if tokens or ghosts:
             self.store.journal(self.conv, self.index, start, tokens, ghosts)
             self.message.append_tokens(start, tokens, ghosts)
-            if time.monotonic() - self._last_save >= self.interval_s:
+            if self.interval_s is not None and time.monotonic() - self._last_save >= self.interval_s:
                 self.snapshot()
         return tokens, ghosts
 

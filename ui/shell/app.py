@@ -197,6 +197,11 @@ def run_gui(args: argparse.Namespace) -> int:
     if notes:
         window.errors.show_message("\n".join(notes), "warning")
     script = Script(window, args)
+    probe = None
+    if getattr(args, "stall_report", None):
+        from ui.shell.stall_probe import StallProbe
+
+        probe = StallProbe(window, Path(args.stall_report))
     window.show()
 
     import qasync
@@ -214,4 +219,6 @@ def run_gui(args: argparse.Namespace) -> int:
     finally:
         _window = None
         lock.unlock()
+        if probe is not None:
+            probe.write()
     return script.exit_code

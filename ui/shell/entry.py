@@ -25,6 +25,8 @@ def _register_gui(subparsers: argparse._SubParsersAction) -> None:  # type: igno
     gui.add_argument("--open-picker", action="store_true", help="open the model picker at start")
     gui.add_argument("--theme", choices=("system", "light", "dark"), help="override the theme setting")
     gui.add_argument("--system", metavar="TEXT", help="system prompt for this session's chats without their own")
+    gui.add_argument("--stall-report", type=Path, metavar="FILE",
+                     help="record the GUI thread's longest stalls while replies stream; write them to FILE as JSON")
     add_model_args(gui)
     add_generation_args(gui)
     gui.set_defaults(func=_cmd_gui)
