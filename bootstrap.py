@@ -61,6 +61,13 @@ def main(argv: list[str]) -> int:
     ensure_venv()
     if command == "run":
         install("")
+        step("checking that Qt can open a window here (X11 libraries)")
+        # Before the download and before Qt aborts with a message that names nothing: the X11
+        # libraries the window needs, and the command that installs them.
+        code = subprocess.call([str(PY), "-m", "ui.shell.platform_check", str(BIN.relative_to(ROOT) / "specchat")],
+                               cwd=ROOT)
+        if code != 0:
+            return code
         fetch_models(with_smollm2=False)
         step("starting SpecChat on the demo pair")
         return subprocess.call([str(BIN / "specchat"), "gui", *rest], cwd=ROOT)

@@ -34,7 +34,11 @@ def run(argv: list[str]) -> int:
         argv = [a for a in argv if a != "--startup-probe"]
         probe = probe or "-"
     if probe:
+        from ui.shell.platform_check import refuse_if_broken
         from ui.shell.selftest_gui import install_startup_probe
+
+        if code := refuse_if_broken():  # the probe creates the QApplication: check before it
+            return code
 
         install_startup_probe(None if probe == "-" else Path(probe), os.environ.get("SPECCHAT_STARTUP_PROBE_QUIT", ""))
     return _app_main(argv)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from app.cli import main as cli
 from app.cli.options import add_generation_args, add_model_args
+from ui.shell.platform_check import refuse_if_broken
 
 
 def _register_gui(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,6 +34,8 @@ def _register_gui(subparsers: argparse._SubParsersAction) -> None:  # type: igno
 
 
 def _cmd_gui(args: argparse.Namespace) -> int:
+    if code := refuse_if_broken():  # before QApplication, which aborts on a missing xcb library
+        return code
     from ui.shell.app import run_gui
 
     return run_gui(args)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli import selftest
+from ui.shell.platform_check import refuse_if_broken
 
 
 def process_age_s() -> float:
@@ -82,6 +83,8 @@ def _reply_through_worker(app: Any, window: Any, model: Path, timeout_s: float) 
 
 def run_gui_selftest(model: Path | None, timeout_s: float = 120.0) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    if code := refuse_if_broken():  # QT_QPA_PLATFORM=xcb without the X11 libraries: say which
+        return code
     profile = tempfile.TemporaryDirectory(prefix="specchat-selftest-")
     app: Any = None
     window: Any = None
