@@ -190,3 +190,25 @@ def test_events_say_why():
     _feed(gov, plain_ms=20, draft_ms_per_token=3, verify_ms_per_row=3, accept_rate=0.5)
     event = next(e for e in gov.events if e.action == "shrink")
     assert "acceptance" in event.reason and "verify(" in event.reason and "plain" in event.reason
+
+
+def test_free_probe_times_a_row_count_never_timed():
+    # Prompt lookup with no n-gram yet: the first drafting steps propose nothing and drafting goes off with
+    # only plain steps timed. Untimed row counts are priced as serial, which never beats plain, so no free
+    # probe ever ran and lookup stayed off for the whole reply (found replaying the demo pair's traces).
+    gov = Governor(k_max=6, k_start=3)
+    gov.observe(0, 1, 10.0, 0, 0, 0.0, False)
+    step = 1
+    while gov.enabled and step < 40:
+        gov.observe(step, 1, 10.0, 0, 0, 0.0, False, k_asked=gov.current_k())
+        step += 1
+    assert not gov.enabled
+    for _ in range(20):  # long matches, all accepted, 7 rows for about the price of one
+        if gov.enabled:
+            break
+        if gov.free_probe(6):
+            gov.observe(step, 7, 12.0, 6, 6, 0.0, False)
+        else:
+            gov.observe(step, 1, 10.0, 0, 0, 0.0, False)
+        step += 1
+    assert gov.enabled and gov.events[-1].action == "enable"

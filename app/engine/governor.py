@@ -139,8 +139,12 @@ class Governor:
         if n < self.tuning.min_free_probe:
             return False
         verify = self._costs.table()
-        # Even fully accepted, n tokens must beat n + 1 plain steps, or the probe could never pay.
-        return verify is None or (n + 1) / verify[n + 1] > 1.0 / verify[1]
+        # Even fully accepted, n tokens must beat n + 1 plain steps, or the probe could never pay. An
+        # untimed row count is priced at the largest timed one's per-row cost, which never beats plain:
+        # the probe is the only way to time it, so it goes ahead (drafting turned off after a first
+        # step that proposed nothing stayed off for the whole reply otherwise).
+        return (verify is None or not self._costs.measured(n + 1)
+                or (n + 1) / verify[n + 1] > 1.0 / verify[1])
 
     # --- estimates ---------------------------------------------------------------------------------------
 
