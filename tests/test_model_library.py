@@ -73,8 +73,10 @@ def test_unreadable_folder(tmp_path: Path) -> None:
         locked.chmod(0o755)
 
 
-def test_cli_models_list(library: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_cli_models_list(library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setenv("SPECCHAT_MODELS_DIR", str(library))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "no-hf-cache"))  # the list shows the hub cache too
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     parser = argparse.ArgumentParser(prog="specchat")
     register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["models", "list", "--json"])

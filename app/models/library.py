@@ -1,4 +1,5 @@
-"""The local model library: every GGUF in the models folder and any folder the user adds.
+"""The local model library: every GGUF in the models folder, any folder the user adds, and the
+Hugging Face cache's GGUF files (found by huggingface_hub's own scan, `app.models.hub.cached_gguf`).
 
 Listing never raises: a file that cannot be read becomes an entry carrying the reason, so the picker
 can show it greyed with its message instead of an empty list.
@@ -9,12 +10,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from app import paths
 from app.models.gguf_meta import GGUFError, GGUFInfo, read_gguf
+from app.models.hub_support import CachedGGUF
 
 # Later shards of a split model ("-00002-of-00003.gguf"): llama.cpp opens the first one only.
 _LATER_SHARD = re.compile(r"-0*([2-9]|\d{2,})-of-\d+\.gguf$", re.IGNORECASE)
@@ -26,6 +28,7 @@ class LibraryEntry:
     file_size: int
     info: GGUFInfo | None = None
     error: str | None = None  # set when the file (or folder) cannot be used
+    hub: CachedGGUF | None = None  # set when the file is in the Hugging Face cache
 
     @property
     def ok(self) -> bool:
@@ -40,6 +43,8 @@ class LibraryEntry:
         return {
             "path": str(self.path),
             "file": self.path.name,
+            "source": "hf-cache" if self.hub else "local",
+            "hub": self.hub.to_json() if self.hub else None,
             "size": self.file_size,
             "error": self.error,
             "name": i.name if i else None,
@@ -64,9 +69,11 @@ def list_models(
     extra_folders: Iterable[str | os.PathLike[str]] = (),
     files: Iterable[str | os.PathLike[str]] = (),
     recursive: bool = True,
+    hub_files: Iterable[CachedGGUF] = (),
 ) -> list[LibraryEntry]:
-    """GGUF files under `folders` (default: the models folder), `extra_folders` (added by the user)
-    and explicit `files` (drag and drop), each real file once, readable ones first.
+    """GGUF files under `folders` (default: the models folder), `extra_folders` (added by the user),
+    explicit `files` (drag and drop) and `hub_files` (the Hugging Face cache), each real file once,
+    readable ones first. A file that is in the cache carries its repository, however it was found.
 
     A missing base folder is simply empty (the models folder appears with the first download); a
     missing or unreadable folder the user added becomes an entry with an error.
@@ -85,12 +92,16 @@ def list_models(
         candidates.extend(found)
         if problem:
             entries.append(LibraryEntry(folder, 0, error=problem))
+    cached = [f for f in hub_files if not _LATER_SHARD.search(f.path.name)]
+    origins = {_identity(f.path): f for f in reversed(cached)}  # the first revision listed wins
+    candidates.extend(f.path for f in cached)
     for path in candidates:
         key = _identity(path)
         if key in seen:
             continue
         seen.add(key)
-        entries.append(describe(path))
+        entry = describe(path)
+        entries.append(replace(entry, hub=origins[key]) if key in origins else entry)
     entries.sort(key=lambda e: (e.error is not None, e.display_name.lower(), str(e.path)))
     return entries
 
