@@ -190,3 +190,25 @@ def test_long_chat_opens_on_its_newest_messages_without_blocking(qapp: Any, qtbo
     cursor.setPosition(pos or 0)
     cursor.movePosition(QTextCursor.MoveOperation.NextCharacter, QTextCursor.MoveMode.KeepAnchor, 6)
     assert pos is not None and cursor.selectedText() == " word5"
+
+
+def test_the_pair_that_loaded_opens_at_the_next_start(qapp: Any, smol_path: Path, tmp_path: Path) -> None:
+    """Started with -m, the next plain start must reopen that model, not the picker."""
+    import argparse
+
+    from app import settings as settings_mod
+    from tests.gui_support import wait_for
+    from ui.shell.app import resolve_pair
+    from ui.shell.main_window import MainWindow
+
+    with gui_home(tmp_path):
+        window = MainWindow(Settings(n_ctx=512), save_settings=True)
+        try:
+            window.load_models(smol_path, None)
+            wait_for(window.modelsLoaded, 120_000)
+        finally:
+            window.close()
+        saved, _warning = settings_mod.load()
+        assert saved.target_path == str(smol_path) and saved.draft_path is None
+        args = argparse.Namespace(model=None, model_draft=None)
+        assert resolve_pair(args, saved) == (smol_path, None)

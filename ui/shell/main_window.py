@@ -226,8 +226,18 @@ class MainWindow(QMainWindow):
         self.mode_box.setCurrentText(choice.mode)
         self.load_models(choice.target, choice.draft)
 
+    def _remember_pair(self) -> None:
+        """The pair that loaded opens again at the next start, also when it came from -m/-md."""
+        if not self._save_settings or self.models.pair is None:
+            return
+        target, draft = (str(p) if p else None for p in self.models.pair)
+        saved, _warning = settings_mod.load()
+        if (saved.target_path, saved.draft_path) != (target, draft):
+            settings_mod.save(replace(saved, target_path=target, draft_path=draft))
+
     @Slot(object)
     def _on_models_modelsLoaded(self, info: LoadInfo) -> None:
+        self._remember_pair()
         for mode in NEEDS_DRAFT:
             self.mode_box.model().item(CHOICES.index(mode)).setEnabled(self.models.has_draft)
         if not self.models.has_draft and self.mode_box.currentText() in NEEDS_DRAFT:
