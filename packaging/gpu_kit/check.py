@@ -41,7 +41,9 @@ class Plan:
     def __init__(self, dry: bool) -> None:
         self.dry = dry
         # The dry run keeps every shape but the layer count (vocabulary-sized matrices dominate anyway).
-        self.scale = {"target-1.5b": 4, "draft-0.5b": 4, "target-7b": 1} if dry else {}
+        # Two layers at least: llama.cpp runs a model's last layer on the output rows only, so a
+        # one-layer model's compute buffer is not the one the prediction models.
+        self.scale = {"target-1.5b": 4, "draft-0.5b": 4, "target-7b": 2} if dry else {}
         self.contexts = [2048, 8192, 32768]
         self.rows = list(range(1, 18))  # K up to 16 needs 17 rows
         self.reps = 1 if dry else 7
@@ -123,7 +125,8 @@ def main(argv: list[str]) -> int:
                            "total_bytes": d.total_bytes} for d in llama_devices.list_devices()]
         rep["llama_backends"] = list(caps.backends)
         rep["carry_bytes"] = int(os.environ.get("GPU_KIT_CARRY_BYTES") or carry_size.carry_bytes(exclude=args.out))
-        if not args.dry_run and build.runtime != "cuda":
+        # GPU_CHECK_ALLOW_CPU: rehearse the GPU path on a machine without one (the CUDA wheel finds no device).
+        if not args.dry_run and build.runtime != "cuda" and not os.environ.get("GPU_CHECK_ALLOW_CPU"):
             raise RuntimeError(f"expected a CUDA device, llama.cpp sees {rep['devices']} (backends {caps.backends})")
 
     def synthesize() -> None:

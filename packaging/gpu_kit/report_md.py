@@ -49,7 +49,7 @@ def _verify(r: dict) -> list[str]:
         return []
     names = list(v)
     rows = sorted({int(k) for m in v.values() for k in m})
-    out = ["", "## Verify batch cost (ms, median; x = times one row)", "",
+    out = ["", "## Verify batch cost (ms, least of the repetitions; x = times one row)", "",
            "| rows | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for n in rows:
         cells = []
