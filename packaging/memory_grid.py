@@ -6,7 +6,7 @@ Runs `specchat memory --measure --json` at contexts 2048/8192/32768 and zero, pa
 offload (plus flash attention off), on whatever GPU the installed llama.cpp build has, and prints
 predicted / measured MiB per buffer kind and device, then the worst error per kind. On GPU builds
 the compute buffers come from llama.cpp's dry run unless `--model-compute` asks for SpecChat's
-closed form. Used for docs/MEMORY.md; `packaging/gpu_check.sh` runs both.
+closed form. Used for docs/MEMORY.md; `packaging/vulkan_check.sh` runs both.
 """
 
 from __future__ import annotations
