@@ -150,6 +150,25 @@ def test_without_ldd_the_loader_names_the_first_missing_library(broken_pyside: P
     assert with_ldd == ["libxcb-iccXm.so.4", "libxcb-keysXms.so.1"]
 
 
+def test_the_loader_error_survives_pyinstallers_ctypes_wrapper(broken_pyside: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frozen bundle's ctypes.CDLL re-raises a failed load with its own text ("Failed to load
+    dynlib/dll ..."), the loader's message only as the cause (PyInstaller's pyimod03_ctypes)."""
+    import ctypes
+
+    class FrozenCDLL(ctypes.CDLL):
+        def __init__(self, name: str, *args: object, **kwargs: object) -> None:
+            try:
+                super().__init__(name, *args, **kwargs)  # type: ignore[arg-type]
+            except Exception as base_error:
+                raise OSError(f"Failed to load dynlib/dll {name!r}.") from base_error
+
+    monkeypatch.setattr(platform_check.ctypes, "CDLL", FrozenCDLL)
+    plugin = broken_pyside / "PySide6" / "Qt" / "plugins" / "platforms" / "libqxcb.so"
+    error = platform_check.load_error(plugin) or ""
+    assert platform_check.missing_libraries(plugin, error, {"PATH": "/nonexistent"})
+
+
 def test_a_check_that_cannot_decide_lets_qt_start(tmp_path: Path) -> None:
     garbage = tmp_path / "libqxcb.so"
     garbage.write_bytes(b"not an ELF file")

@@ -97,7 +97,8 @@ def load_error(plugin: Path) -> str | None:
     try:
         ctypes.CDLL(str(plugin), mode=os.RTLD_LAZY)
     except OSError as exc:
-        return str(exc)
+        # PyInstaller's ctypes wrapper re-raises with its own text; the loader's is in the cause.
+        return str(exc.__cause__ or exc)
     return None
 
 
