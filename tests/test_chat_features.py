@@ -133,3 +133,25 @@ def test_chats_cli_list_and_export(home: Path, tmp_path: Path) -> None:
     assert json.loads(out.read_text())["messages"][0]["content"] == "Write a sieve"
     res = _cli("chats", "export", "missing", home=home)
     assert res.returncode != 0 and "no conversation with an id starting 'missing'" in res.stderr
+
+
+def test_fit_messages_drops_the_oldest_turns_first() -> None:
+    from app.chat.context_fit import fit_messages, reply_room
+
+    def count(msgs: list[dict[str, str]]) -> int:  # one token per character, plus 4 per message
+        return sum(len(m["content"]) + 4 for m in msgs)
+
+    history = [{"role": "system", "content": "s" * 10}]
+    for i in range(5):
+        history += [{"role": "user", "content": f"q{i}" * 10}, {"role": "assistant", "content": f"a{i}" * 20}]
+    history.append({"role": "user", "content": "new"})
+    assert reply_room(4096, 1024) == 1024 and reply_room(1024, 1024) == 256
+    fit = fit_messages(history, count, n_ctx=10_000, room=100)
+    assert fit.dropped_turns == 0 and fit.messages == history and fit.fits
+    fit = fit_messages(history, count, n_ctx=200, room=50)
+    assert fit.fits and fit.prompt_tokens + 50 <= 200 and fit.dropped_turns >= 3
+    assert fit.messages[0]["role"] == "system" and fit.messages[-1] == {"role": "user", "content": "new"}
+    roles = [m["role"] for m in fit.messages[1:]]
+    assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:], strict=False))
+    # Too long even alone: says so rather than sending something the context cannot hold.
+    assert not fit_messages(history, count, n_ctx=30, room=10).fits

@@ -212,3 +212,44 @@ def test_the_pair_that_loaded_opens_at_the_next_start(qapp: Any, smol_path: Path
         assert saved.target_path == str(smol_path) and saved.draft_path is None
         args = argparse.Namespace(model=None, model_draft=None)
         assert resolve_pair(args, saved) == (smol_path, None)
+
+
+def _long_chat(window: Any, turns: int = 6) -> Any:
+    store = window.store
+    conv = store.new()
+    conv.title = "long"
+    for i in range(turns):
+        conv.messages += [Message("user", f"Tell me fact number {i}. " + "words " * 60),
+                          Message("assistant", f"Fact {i}: " + "the sky is blue " * 40)]
+    store.save(conv)
+    window.controller.select(conv.id)
+    return conv
+
+
+def test_overflow_offers_a_choice_then_leaves_out_the_oldest_turns(window: Any, qtbot: Any) -> None:
+    conv = _long_chat(window)  # ~2,000 tokens in a 1,024-token context
+    stored = len(conv.messages)
+    with qtbot.waitSignal(window.generationFinished, timeout=REPLY_TIMEOUT_MS):
+        assert window.submit("And one more?")
+    assert [m.role for m in conv.messages[-2:]] == ["assistant", "user"]  # the prompt is kept, no failed reply
+    assert window.errors.isVisible() and window.errors.level == "warning"
+    assert "1,024-token context" in window.errors.text()
+    choices = [b.text() for b in window.errors.buttons()]
+    assert choices == ["Leave out the oldest turns", "New chat with the last turns"]
+    _wait_reply(window, qtbot, lambda: window.errors.buttons()[0].click())
+    assert len(conv.messages) == stored + 2 and conv.messages[-1].content  # nothing was deleted from the chat
+    assert "oldest turns were left out" in window.errors.text() and conv.overflow == "drop"
+    assert window.context_bar.isVisible() and window.context_bar.maximum() == 1024
+    assert 0 < window.context_bar.value() <= 1024
+
+
+def test_overflow_can_continue_in_a_new_chat(window: Any, qtbot: Any) -> None:
+    conv = _long_chat(window)
+    with qtbot.waitSignal(window.generationFinished, timeout=REPLY_TIMEOUT_MS):
+        assert window.submit("Summarise?")
+    _wait_reply(window, qtbot, lambda: window.errors.buttons()[1].click())
+    fresh = window.controller.conv
+    assert fresh.id != conv.id and fresh.title == "long (continued)"
+    assert [m.role for m in fresh.messages] == ["user", "assistant"] * 3  # two turns, then the prompt and its reply
+    assert fresh.messages[-2].content == "Summarise?" and fresh.messages[-1].content
+    assert conv.messages[-1].content == "Summarise?"  # the long chat stays as it was, with the prompt

@@ -103,6 +103,7 @@ class Conversation:
     updated: float = field(default_factory=time.time)
     messages: list[Message] = field(default_factory=list)
     system: str | None = None  # this chat's system prompt; None: the default from the settings
+    overflow: str | None = None  # "drop": the user chose to leave out the oldest turns when it outgrows the context
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -114,6 +115,8 @@ class Conversation:
         }
         if self.system is not None:
             data["system"] = self.system
+        if self.overflow is not None:
+            data["overflow"] = self.overflow
         data["messages"] = [m.to_json() for m in self.messages]
         return data
 
@@ -131,6 +134,7 @@ class Conversation:
             updated=float(data.get("updated", 0.0)),
             messages=[Message.from_json(m) for m in messages],
             system=data["system"] if isinstance(data.get("system"), str) else None,
+            overflow="drop" if data.get("overflow") == "drop" else None,
         )
 
     def system_prompt(self, default: str = "") -> str:

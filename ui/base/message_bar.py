@@ -24,6 +24,7 @@ class MessageBar(QFrame):
         self._label.setOpenExternalLinks(True)
         self._button = QPushButton()
         self._button.hide()
+        self._extra: list[QPushButton] = []  # more choices than one (show_message's `more`)
         self._close = QToolButton()
         self._close.setText("✕")
         self._close.setAutoRaise(True)
@@ -40,7 +41,7 @@ class MessageBar(QFrame):
         self.hide()
 
     def show_message(self, text: str, level: str = "info", action: tuple[str, str] | None = None,
-                     rich: bool = False) -> None:
+                     rich: bool = False, more: tuple[tuple[str, str], ...] = ()) -> None:
         """Show `text`; `action` is (button text, key emitted by actionTriggered). Plain text unless
         `rich`: an error quoting `<|im_end|>` or a file name with `<` must show as written."""
         self._label.setTextFormat(Qt.TextFormat.RichText if rich else Qt.TextFormat.PlainText)
@@ -55,7 +56,19 @@ class MessageBar(QFrame):
             self._button.show()
         else:
             self._button.hide()
+        for button in self._extra:
+            button.deleteLater()
+        self._extra = []
+        for label, key in more:
+            button = QPushButton(label)
+            button.clicked.connect(lambda _checked=False, k=key: self.actionTriggered.emit(k))
+            self.layout().insertWidget(self.layout().count() - 1, button)
+            self._extra.append(button)
         self.show()
+
+    def buttons(self) -> list[QPushButton]:
+        """The visible choices, in order (tests, scripts)."""
+        return [b for b in (self._button, *self._extra) if not b.isHidden()]
 
     def text(self) -> str:
         return self._label.text()

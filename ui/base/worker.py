@@ -35,6 +35,9 @@ class Job:
 
     messages: tuple[dict[str, str], ...]
     runs: tuple[tuple[str, GenParams], ...]
+    # A history longer than the context: "ask" ends the job with an "overflow" item (nothing runs),
+    # "drop" leaves out the oldest turns (app.chat.context_fit) and says how many.
+    overflow: str = "ask"
 
 
 @dataclass(frozen=True)
@@ -124,13 +127,23 @@ class _Runner(QObject):
             self._put("error", "run", "No models are loaded yet.")
             self._put("done", "", False)
             return
+        try:
+            messages = self._fit(job)
+        except Exception as exc:  # noqa: BLE001 - a template or tokenizer error
+            log.info("fitting the context failed", exc_info=True)
+            self._put("error", "run", _describe(exc))
+            self._put("done", "", False)
+            return
+        if messages is None:
+            self._put("done", "", True)
+            return
         for name, params in job.runs:
             if cancel.is_set():
                 break
             self._put("start", name, params)
             try:
                 cancelled = False
-                for event in self._session.generate_chat(list(job.messages), params, cancel):
+                for event in self._session.generate_chat(messages, params, cancel):
                     if isinstance(event, FinishEvent):
                         self._put("finish", name, event)
                         cancelled = event.stats.finish_reason == "cancelled"
@@ -144,6 +157,31 @@ class _Runner(QObject):
                 ok = False
                 break
         self._put("done", "", ok)
+
+    def _fit(self, job: Job) -> list[dict[str, str]] | None:
+        """The history to send, fitted to the context as the job says; None when it asked first."""
+        from app.chat.context_fit import fit_messages, reply_room
+
+        messages = list(job.messages)
+        n_ctx = self._session.config.n_ctx
+        room = reply_room(n_ctx, max(params.n_predict for _name, params in job.runs))
+
+        def count(msgs: list[dict[str, str]]) -> int:
+            return len(self._session.chat_prompt(msgs))
+
+        needed = count(messages)
+        self._put("context", "", (needed, n_ctx))
+        if needed + room <= n_ctx:
+            return messages
+        if job.overflow == "ask":
+            self._put("overflow", "", (needed, n_ctx))
+            return None
+        fit = fit_messages(messages, count, n_ctx, room)
+        if not fit.fits:
+            raise ValueError(f"The newest prompt alone needs {fit.prompt_tokens} tokens, which leaves no room for a "
+                             f"reply in the {n_ctx}-token context: shorten it, or raise Context in Settings.")
+        self._put("trimmed", "", (fit.dropped_turns, fit.prompt_tokens, n_ctx))
+        return fit.messages
 
     @Slot()
     def close(self) -> None:
@@ -170,6 +208,9 @@ class GenerationWorker(QObject):
     finished = Signal(str, object)  # run name, FinishEvent
     error = Signal(str)  # a sentence for the user (load and generation errors alike)
     jobDone = Signal(bool)  # every run of the job has ended; False after an error
+    contextUsed = Signal(int, int)  # tokens of the templated history before the reply, n_ctx
+    contextOverflow = Signal(int, int)  # the history needs this many tokens, more than n_ctx allows: nothing ran
+    contextTrimmed = Signal(int, int, int)  # turns left out, tokens sent, n_ctx
 
     _loadRequested = Signal(object)
     _runRequested = Signal(object, object)
@@ -203,10 +244,11 @@ class GenerationWorker(QObject):
         self._loading = True
         self._loadRequested.emit(config)
 
-    def start(self, messages: Sequence[dict[str, str]], runs: Sequence[tuple[str, GenParams]]) -> None:
+    def start(self, messages: Sequence[dict[str, str]], runs: Sequence[tuple[str, GenParams]],
+              overflow: str = "ask") -> None:
         self._cancel = threading.Event()
         self._busy = True
-        self._runRequested.emit(Job(tuple(messages), tuple(runs)), self._cancel)
+        self._runRequested.emit(Job(tuple(messages), tuple(runs), overflow), self._cancel)
 
     def stop(self) -> None:
         self._cancel.set()
@@ -283,6 +325,12 @@ class GenerationWorker(QObject):
             self.loadFailed.emit(run, payload)  # after: listeners may refine the message (an action)
         elif kind == "error":
             self.error.emit(payload)
+        elif kind == "context":
+            self.contextUsed.emit(*payload)
+        elif kind == "overflow":
+            self.contextOverflow.emit(*payload)
+        elif kind == "trimmed":
+            self.contextTrimmed.emit(*payload)
         elif kind == "done":
             self._busy = False
             self.jobDone.emit(bool(payload))

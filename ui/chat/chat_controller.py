@@ -29,6 +29,7 @@ class ChatController(QObject):
     replyFinished = Signal(bool)  # a reply or comparison has ended and is rendered; False after an error
     conversationsChanged = Signal()
     governorSwitched = Signal(object)  # GovernorEvent: drafting turned off or back on
+    contextChanged = Signal(int, int)  # tokens the conversation fills, the context's size
 
     def __init__(
         self,
@@ -58,6 +59,10 @@ class ChatController(QObject):
         worker.finished.connect(self._on_worker_finished)
         worker.error.connect(self._on_worker_error)
         worker.jobDone.connect(self._on_worker_jobDone)
+        worker.contextUsed.connect(self._on_worker_contextUsed)
+        worker.contextOverflow.connect(self._on_worker_contextOverflow)
+        worker.contextTrimmed.connect(self._on_worker_contextTrimmed)
+        self.n_ctx = 0  # of the loaded pair, as the worker last reported it
 
     # --- conversations -------------------------------------------------------------------------------
 
@@ -69,6 +74,8 @@ class ChatController(QObject):
         self.transcript.set_messages(conv.messages, conv.system_prompt(self.default_system))
         last = next((m for m in reversed(conv.messages) if m.role == "assistant"), None)
         self.stats.show_saved(stats_from_json(last.stats) if last else None)
+        used = (last.stats or {}) if last else {}
+        self.contextChanged.emit(int(used.get("n_prompt_tokens", 0)) + int(used.get("n_tokens", 0)), self.n_ctx)
         if last is not None and last.compare:
             self.compare.show_saved(last)
         else:
@@ -80,6 +87,7 @@ class ChatController(QObject):
         self.conv = None  # created (and saved) with its first message
         self._new_chat_system = None
         self.transcript.set_messages([], self.default_system)
+        self.contextChanged.emit(0, self.n_ctx)
         self.compare.begin("draft", True)
         self.stats.reset()
 
@@ -173,6 +181,32 @@ class ChatController(QObject):
         self.transcript.set_messages(conv.messages[:-1], conv.system_prompt(self.default_system))
         return self._start(history, reply, runs, continuing=True)
 
+    def drop_and_resend(self, runs: Sequence[tuple[str, GenParams]], models: dict[str, str | None] | None = None
+                        ) -> bool:
+        """The user's choice for an overflowing chat: leave out its oldest turns from now on."""
+        conv = self.conv
+        if self.busy() or conv is None or not conv.messages or conv.messages[-1].role != "user":
+            return False
+        conv.overflow = "drop"
+        return self._reply(runs, models)
+
+    def continue_in_new_chat(self, runs: Sequence[tuple[str, GenParams]], models: dict[str, str | None] | None = None,
+                             turns: int = 2) -> bool:
+        """The other choice: a new chat carrying the system prompt, the last `turns` turns and the
+        unanswered prompt; the long one stays as it is."""
+        conv = self.conv
+        if self.busy() or conv is None or not conv.messages or conv.messages[-1].role != "user":
+            return False
+        starts = [i for i, m in enumerate(conv.messages) if m.role == "user"]
+        keep = conv.messages[starts[max(0, len(starts) - 1 - turns)]:]
+        fresh = self.store.new()
+        fresh.title, fresh.system, fresh.overflow = f"{conv.title} (continued)", conv.system, "drop"
+        fresh.messages = [Message.from_json(m.to_json()) for m in keep]
+        self.store.save(fresh)
+        self.conv = fresh
+        self.transcript.set_messages(fresh.messages, fresh.system_prompt(self.default_system))
+        return self._reply(runs, models)
+
     def delete_message(self, index: int) -> None:
         conv = self.conv
         if self.busy() or conv is None or not 0 <= index < len(conv.messages):
@@ -203,7 +237,7 @@ class ChatController(QObject):
         self._error = ""
         self.stats.reset()
         self.errors.hide()
-        self.worker.start(history, runs)
+        self.worker.start(history, runs, self.conv.overflow or "ask")
         self.conversationsChanged.emit()
         self.busyChanged.emit(True)
         return True
@@ -236,10 +270,39 @@ class ChatController(QObject):
         self.stats.finish(finish.stats)
         if self._comparing:
             self.compare.finish_run(name, finish)
+        if name in CHAT_RUNS and self.n_ctx:
+            self.contextChanged.emit(finish.stats.n_prompt_tokens + finish.stats.n_tokens, self.n_ctx)
         if name in CHAT_RUNS and self.recorder is not None:
             self.recorder.finish(finish, self.compare.result() if self._comparing else None)
             self.recorder = None
             self.transcript.finish_reply()
+
+    @Slot(int, int)
+    def _on_worker_contextUsed(self, used: int, n_ctx: int) -> None:
+        self.n_ctx = n_ctx
+        self.contextChanged.emit(used, n_ctx)
+
+    @Slot(int, int)
+    def _on_worker_contextOverflow(self, needed: int, n_ctx: int) -> None:
+        """Nothing ran: take the empty reply back and let the user choose (never a bare error)."""
+        conv, recorder = self.conv, self.recorder
+        if conv is not None and recorder is not None and conv.messages and conv.messages[-1] is recorder.message:
+            conv.messages.pop()
+            self.recorder = None
+            self.store.save(conv)
+            self.transcript.set_messages(conv.messages, conv.system_prompt(self.default_system))
+        self.errors.show_message(
+            f"This conversation needs {needed:,} tokens, more than the {n_ctx:,}-token context holds with room "
+            "for a reply. Your prompt is kept.", "warning", ("Leave out the oldest turns", "ctx-drop"),
+            more=(("New chat with the last turns", "ctx-new"),))
+
+    @Slot(int, int, int)
+    def _on_worker_contextTrimmed(self, dropped: int, used: int, n_ctx: int) -> None:
+        self.contextChanged.emit(used, n_ctx)
+        if dropped:
+            turns = "turn was" if dropped == 1 else "turns were"
+            self.errors.show_message(f"The {dropped} oldest {turns} left out of what the model reads, so this "
+                                     f"conversation fits its {n_ctx:,}-token context (the chat keeps them).", "info")
 
     @Slot(str)
     def _on_worker_error(self, text: str) -> None:

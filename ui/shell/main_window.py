@@ -132,6 +132,12 @@ class MainWindow(QMainWindow):
         self.progress.setRange(0, 100)
         self.progress.hide()
         self.statusBar().addWidget(self.model_label, 1)
+        self.context_bar = QProgressBar()
+        self.context_bar.setMaximumWidth(260)
+        self.context_bar.setToolTip("Tokens this conversation fills in the model's context (the last reply "
+                                    "included). When it would overflow, you choose what to leave out.")
+        self.context_bar.hide()
+        self.statusBar().addPermanentWidget(self.context_bar)
         self.statusBar().addPermanentWidget(self.progress)
 
     def _build_actions(self) -> None:
@@ -182,6 +188,7 @@ class MainWindow(QMainWindow):
         self.conversations.renameRequested.connect(self.controller.rename)
         self.conversations.deleteRequested.connect(self.controller.delete)
         self.transcript.messageAction.connect(self._on_transcript_messageAction)
+        self.controller.contextChanged.connect(self._on_controller_contextChanged)
         self.controller.conversationsChanged.connect(self._on_controller_conversationsChanged)
         self.controller.busyChanged.connect(self._on_controller_busyChanged)
         self.controller.replyFinished.connect(self._on_controller_replyFinished)
@@ -525,8 +532,27 @@ class MainWindow(QMainWindow):
             self.errors.show_message("Context, threads, GPU layers and flash attention apply when the models load.",
                                      "info", ("Reload now", "reload"))
 
+    @Slot(int, int)
+    def _on_controller_contextChanged(self, used: int, n_ctx: int) -> None:
+        n_ctx = n_ctx or (self.loaded.config.n_ctx if self.loaded is not None else 0)
+        if n_ctx <= 0:
+            self.context_bar.hide()
+            return
+        self.context_bar.setRange(0, n_ctx)
+        self.context_bar.setValue(min(used, n_ctx))
+        self.context_bar.setFormat(f"context {used:,} / {n_ctx:,} ({used / n_ctx:.0%})")
+        self.context_bar.show()
+
     @Slot(str)
     def _on_errors_actionTriggered(self, key: str) -> None:
+        if key in ("ctx-drop", "ctx-new"):
+            self.errors.hide()
+            if self._ready():
+                if key == "ctx-drop":
+                    self.controller.drop_and_resend(self.runs(), self._models())
+                else:
+                    self.controller.continue_in_new_chat(self.runs(), self._models())
+            return
         if key in ("reload", "force") and self.models.pair is not None:
             self.errors.hide()
             self.load_models(*self.models.pair, force=key == "force" or None)
