@@ -253,3 +253,25 @@ def test_overflow_can_continue_in_a_new_chat(window: Any, qtbot: Any) -> None:
     assert [m.role for m in fresh.messages] == ["user", "assistant"] * 3  # two turns, then the prompt and its reply
     assert fresh.messages[-2].content == "Summarise?" and fresh.messages[-1].content
     assert conv.messages[-1].content == "Summarise?"  # the long chat stays as it was, with the prompt
+
+
+def test_search_waits_for_typing_to_pause_and_sees_new_text(window: Any, qtbot: Any) -> None:
+    from ui.chat.conversation_list import SEARCH_DEBOUNCE_MS
+
+    store = window.store
+    conv = store.new()
+    conv.title = "zebra facts"
+    conv.messages = [Message("user", "stripes?"), Message("assistant", "black and white")]
+    store.save(conv)
+    window.conversations.refresh()
+    box, items = window.conversations.search_box, window.conversations.list
+    everything = items.count()
+    box.setText("zebra")
+    assert items.count() == everything  # not yet: one search per pause, not per keystroke
+    qtbot.waitUntil(lambda: items.count() == 1, timeout=SEARCH_DEBOUNCE_MS * 10)
+    conv.messages.append(Message("user", "what about okapis"))
+    store.save(conv)  # the cached search text follows the change
+    box.setText("okapis")
+    qtbot.waitUntil(lambda: items.count() == 1 and items.item(0).text() == "zebra facts", timeout=2000)
+    box.setText("")
+    qtbot.waitUntil(lambda: items.count() == everything, timeout=2000)

@@ -169,8 +169,17 @@ class Conversation:
                 out.append({"role": "user", "content": m.content})
         return out
 
+    def haystack(self) -> str:
+        """Title and text, case-folded for search; rebuilt only when the chat has changed."""
+        key = (self.updated, self.title, len(self.messages))
+        cached = self.__dict__.get("_haystack")
+        if cached is None or cached[0] != key:
+            cached = (key, "\n".join([self.title, *(m.content for m in self.messages)]).casefold())
+            self.__dict__["_haystack"] = cached
+        return cached[1]
+
     def matches(self, words: Iterable[str]) -> bool:
-        haystack = "\n".join([self.title, *(m.content for m in self.messages)]).casefold()
+        haystack = self.haystack()
         return all(w.casefold() in haystack for w in words)
 
 

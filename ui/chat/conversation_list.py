@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import QPoint, Qt, Signal, Slot
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 from app.chat.conversations import Conversation
 
 ID_ROLE = Qt.ItemDataRole.UserRole
+SEARCH_DEBOUNCE_MS = 200
 
 
 class ConversationList(QWidget):
@@ -51,6 +52,11 @@ class ConversationList(QWidget):
         layout.addWidget(self.search_box)
         layout.addWidget(self.list, 1)
         new_button.clicked.connect(self.newRequested)
+        # Search runs once typing pauses, not on every keystroke (it reads every chat's text).
+        self._search_timer = QTimer(self)
+        self._search_timer.setSingleShot(True)
+        self._search_timer.setInterval(SEARCH_DEBOUNCE_MS)
+        self._search_timer.timeout.connect(self.refresh)
         self.search_box.textChanged.connect(self._on_search_box_textChanged)
         self.list.currentItemChanged.connect(self._on_list_currentItemChanged)
         self.list.customContextMenuRequested.connect(self._on_list_customContextMenuRequested)
@@ -88,7 +94,7 @@ class ConversationList(QWidget):
 
     @Slot(str)
     def _on_search_box_textChanged(self, _text: str) -> None:
-        self.refresh()
+        self._search_timer.start()
 
     @Slot(QListWidgetItem, QListWidgetItem)
     def _on_list_currentItemChanged(self, item: QListWidgetItem | None, _prev: QListWidgetItem | None) -> None:
