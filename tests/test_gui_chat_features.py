@@ -275,3 +275,17 @@ def test_search_waits_for_typing_to_pause_and_sees_new_text(window: Any, qtbot: 
     qtbot.waitUntil(lambda: items.count() == 1 and items.item(0).text() == "zebra facts", timeout=2000)
     box.setText("")
     qtbot.waitUntil(lambda: items.count() == everything, timeout=2000)
+
+
+def test_memory_meter_free_space_follows_the_theme(qapp: Any) -> None:
+    from PySide6.QtGui import QColor, QPalette
+
+    from ui.stats.memory_meter import FREE_COLOUR, free_colour
+
+    light, dark = QPalette(), QPalette()
+    light.setColor(QPalette.ColorRole.Window, QColor("#F0F0F0"))
+    dark.setColor(QPalette.ColorRole.Window, QColor("#202124"))
+    assert free_colour(light) == QColor(FREE_COLOUR)
+    on_dark = free_colour(dark)
+    # Distinct from the window, but nowhere near the light grey that glared on dark themes.
+    assert on_dark != dark.window().color() and on_dark.lightness() < 110

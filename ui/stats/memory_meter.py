@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QPoint, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFontMetrics, QHelpEvent, QPainter, QPen
+from PySide6.QtGui import QColor, QFontMetrics, QHelpEvent, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from app.memory import SEGMENTS, GiB, PairPrediction, meter_segments
@@ -35,7 +35,14 @@ SEGMENT_LABELS = {
     "compute": "Compute + logits",
     "overhead": "Runtime overhead",
 }
-FREE_COLOUR = "#E6E6E6"
+FREE_COLOUR = "#E6E6E6"  # free memory on a light theme
+
+
+def free_colour(palette: QPalette) -> QColor:
+    """Free memory: a light grey on light themes, a grey just above the background on dark ones
+    (the light grey glared beside the dark window and hid the segments' edges)."""
+    base = palette.window().color()
+    return QColor(FREE_COLOUR) if base.lightness() >= 128 else base.lighter(170)
 STATE_COLOURS = {"ok": "#009E73", "tight": "#E69F00", "over": "#D55E00"}  # green, amber, red (vermillion)
 STATE_TEXT = {"ok": "fits", "tight": "tight: less free than the margin", "over": "over budget"}
 
@@ -193,15 +200,15 @@ class MemoryMeter(PaintedWidget):
     def _paint(self, p: QPainter) -> None:
         bar = self._bar_rect()
         for s in self.segment_rects():
-            colour = FREE_COLOUR if s.key == "free" else SEGMENT_COLOURS[s.key]
-            p.fillRect(QRectF(s.x, bar.y(), s.width, bar.height()), QColor(colour))
+            colour = free_colour(self.palette()) if s.key == "free" else QColor(SEGMENT_COLOURS[s.key])
+            p.fillRect(QRectF(s.x, bar.y(), s.width, bar.height()), colour)
         state_colour = QColor(STATE_COLOURS[self._state])
         p.setPen(QPen(state_colour, 2))
         p.drawRect(bar.adjusted(-1, -1, 1, 1))
         used = self.used_bytes()
         if used > self._budget > 0:  # budget marker inside an overflowing bar
             x = bar.x() + bar.width() * self._budget / used
-            p.setPen(QPen(QColor("#000000"), 2, Qt.PenStyle.DashLine))
+            p.setPen(QPen(self.palette().windowText().color(), 2, Qt.PenStyle.DashLine))  # visible on dark too
             p.drawLine(int(x), int(bar.top()) - 2, int(x), int(bar.bottom()) + 2)
         p.setPen(self.palette().windowText().color())
         fm = QFontMetrics(self.font())
