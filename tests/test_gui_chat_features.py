@@ -289,3 +289,32 @@ def test_memory_meter_free_space_follows_the_theme(qapp: Any) -> None:
     on_dark = free_colour(dark)
     # Distinct from the window, but nowhere near the light grey that glared on dark themes.
     assert on_dark != dark.window().color() and on_dark.lightness() < 110
+
+
+def test_a_prompt_sent_while_models_load_waits_visibly_and_is_never_replaced(
+        qapp: Any, qtbot: Any, smol_path: Path, tmp_path: Path) -> None:
+    from ui.shell.main_window import MainWindow
+
+    with gui_home(tmp_path):
+        window = MainWindow(Settings(n_ctx=512, n_predict=4, mode="lookup"), save_settings=False)
+        qtbot.addWidget(window)
+        try:
+            window.load_models(smol_path, None)  # loading on the worker; no events processed yet
+            window.prompt.setPlainText("first question")
+            window.prompt.submit()
+            assert window.queued_prompt() == "first question" and window.prompt.toPlainText() == ""
+            assert "first question" in window.errors.text()
+            window.prompt.setPlainText("second question")
+            window.prompt.submit()  # refused, and kept where it was typed
+            assert window.queued_prompt() == "first question"
+            assert window.prompt.toPlainText() == "second question"
+            window._on_errors_actionTriggered("unqueue")  # "Edit the waiting one": back into the box
+            assert window.queued_prompt() is None
+            assert window.prompt.toPlainText() == "first question\n\nsecond question"
+            window.prompt.setPlainText("third")
+            window.prompt.submit()
+            with qtbot.waitSignal(window.generationFinished, timeout=REPLY_TIMEOUT_MS):
+                pass
+            assert window.controller.conv.messages[0].content == "third"
+        finally:
+            window.close()

@@ -256,35 +256,58 @@ class MainWindow(QMainWindow):
         self.modelsLoaded.emit(info)
         if self._pending_prompt is not None:
             text, self._pending_prompt = self._pending_prompt, None
-            self.submit(text)
+            if self.errors.level == "info" and self.errors.isVisible():
+                self.errors.hide()  # the "queued" note
+            self.submit(text, from_box=False)
 
     @Slot(str, str)
     def _on_models_loadFailed(self, kind: str, message: str) -> None:
         if kind == "wontfit":
             self.errors.show_message(message, "error", ("Load anyway", "force"))
-        self._pending_prompt = None
+        self._unqueue()  # the queued prompt goes back into the box: nothing typed is lost
         self._update_banner()
         self._sync_enabled()
         self.generationFinished.emit(False)  # scripted runs waiting for a reply must not hang
 
     # --- generation ----------------------------------------------------------------------------------
 
-    def submit(self, text: str) -> bool:
+    def submit(self, text: str, from_box: bool = True) -> bool:
+        """Send `text`. While models load, one prompt waits in a visible queue; `from_box`: the text
+        came from the prompt box, which is cleared once it is sent or queued."""
         if self.controller.busy():
             return False
         if self.loaded is None:
-            if self.worker.is_loading():
-                self._pending_prompt = text  # sent as soon as the models are in
-                self.model_label.setText(self.model_label.text() + " (your prompt is queued)")
-                return True
-            self.errors.show_message("No models are loaded: choose a pair (Ctrl+M) first.", "warning")
-            return False
+            if not self.worker.is_loading():
+                self.errors.show_message("No models are loaded: choose a pair (Ctrl+M) first.", "warning")
+                return False
+            if self._pending_prompt is not None:
+                self.errors.show_message("A prompt is already waiting for the models; this one stays in the box "
+                                         "until that one has its reply.", "info", ("Edit the waiting one", "unqueue"))
+                return False
+            self._pending_prompt = text  # sent as soon as the models are in
+            if from_box:
+                self.prompt.clear_after_send()
+            shown = text if len(text) <= 60 else text[:59] + "…"
+            self.errors.show_message(f"Waiting for the models to load, then sending: “{shown}”", "info",
+                                     ("Edit", "unqueue"))
+            return True
         self.banner_governor = None
         ok = self.controller.submit(text, self.runs(), self._models())
         if ok:
-            self.prompt.clear_after_send()
+            if from_box:
+                self.prompt.clear_after_send()
             self._update_banner()
         return ok
+
+    def queued_prompt(self) -> str | None:
+        return self._pending_prompt
+
+    def _unqueue(self) -> None:
+        """Take the waiting prompt back into the box (before anything typed since)."""
+        text, self._pending_prompt = self._pending_prompt, None
+        if text:
+            typed = self.prompt.toPlainText()
+            self.prompt.setPlainText(text + ("\n\n" + typed if typed.strip() else ""))
 
     def _mode(self, chosen: str | None = None) -> str:
         """The mode the next reply runs: "auto" resolved for the loaded pair and this build, so the
@@ -545,6 +568,11 @@ class MainWindow(QMainWindow):
 
     @Slot(str)
     def _on_errors_actionTriggered(self, key: str) -> None:
+        if key == "unqueue":
+            self.errors.hide()
+            self._unqueue()
+            self.prompt.setFocus()
+            return
         if key in ("ctx-drop", "ctx-new"):
             self.errors.hide()
             if self._ready():
