@@ -61,3 +61,35 @@ def test_reply_stops_cleanly_when_the_context_fills(smol_session):
     finish = _collect(smol_session, prompt, GenParams("lookup", 100))[-1]
     assert finish.stats.finish_reason in ("context", "stop")
     assert len(prompt) + len(finish.tokens) <= 512
+
+
+def test_prompt_processing_reports_progress_and_stop_ends_it_between_batches(smol_path):
+    """A long prompt is processed a batch at a time: PrefillEvents count up to the new tokens, and a
+    Stop during processing ends the reply before any token, leaving a cache the next turn reuses."""
+    import threading
+
+    from app.engine.events import FinishEvent, PrefillEvent, TokenEvent
+    from app.engine.pair_config import PairConfig
+    from app.engine.session import GenParams, SpecSession
+
+    with SpecSession(PairConfig(smol_path, None, n_ctx=1024, n_batch=64, n_threads=2)) as session:
+        prompt = session.target_model.tokenize("one two three four " * 60)  # ~240 tokens: 4 batches
+        events = list(session.generate(prompt, GenParams("none", 2)))
+        progress = [e for e in events if isinstance(e, PrefillEvent)]
+        assert [p.total for p in progress] == [len(prompt) - 1] * len(progress) and len(progress) >= 3
+        assert [p.done for p in progress] == sorted(p.done for p in progress)
+        assert progress[-1].done == len(prompt) - 1
+        assert events.index(progress[-1]) < min(i for i, e in enumerate(events) if isinstance(e, TokenEvent))
+
+        other = session.target_model.tokenize("five six seven eight " * 60)
+        cancel = threading.Event()
+        seen = []
+        for event in session.generate(other, GenParams("none", 8), cancel):
+            seen.append(event)
+            if isinstance(event, PrefillEvent):
+                cancel.set()  # Stop, pressed while the prompt is processed
+        finish = seen[-1]
+        assert isinstance(finish, FinishEvent) and finish.stats.finish_reason == "cancelled"
+        assert finish.tokens == () and sum(isinstance(e, PrefillEvent) for e in seen) == 1
+        again = list(session.generate(other, GenParams("none", 2)))[-1]  # the partial cache is reused
+        assert again.stats.finish_reason in ("length", "stop") and again.tokens

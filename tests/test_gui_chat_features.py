@@ -318,3 +318,16 @@ def test_a_prompt_sent_while_models_load_waits_visibly_and_is_never_replaced(
             assert window.controller.conv.messages[0].content == "third"
         finally:
             window.close()
+
+
+def test_processing_prompt_state_between_send_and_the_first_token(window: Any, qtbot: Any) -> None:
+    window._on_new_action_triggered()
+    seen: list[tuple[int, int]] = []
+    window.controller.prefillProgress.connect(lambda done, total: seen.append((done, total)))
+    shown: list[str] = []
+    window.controller.prefillProgress.connect(
+        lambda *_: shown.append(window.progress.format() if window.progress.isVisible() else ""))
+    _wait_reply(window, qtbot, lambda: window.submit("Hello there, how are you?"))
+    assert seen[0] == (0, -1) and seen[-1] == (0, 0)
+    assert any(total > 0 and done == total for done, total in seen)  # the prompt's batches were reported
+    assert shown[0] == "processing prompt %p%" and not window.progress.isVisible()

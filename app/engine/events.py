@@ -100,4 +100,14 @@ class FinishEvent:
     margins: tuple[float, ...] = field(default=(), repr=False)
 
 
-Event = TokenEvent | StepEvent | GovernorEvent | FinishEvent
+@dataclass(frozen=True, slots=True)
+class PrefillEvent:
+    """Prompt processing: `done` of `total` new prompt tokens are in the target's cache (the cached
+    prefix of an earlier turn is not counted). Yielded per batch, so a long prompt shows progress
+    and Stop ends it between batches."""
+
+    done: int
+    total: int
+
+
+Event = TokenEvent | StepEvent | GovernorEvent | FinishEvent | PrefillEvent

@@ -53,7 +53,7 @@ class GenParams:
         return replace(self, mode=mode)
 
 
-LoadProgress = Callable[[str, float], None]
+LoadProgress = Callable[[str, float], bool | None]  # return False to stop loading (the app is closing)
 
 
 class SpecSession:
@@ -66,7 +66,7 @@ class SpecSession:
             self.prediction = check_fits(config)  # both models counted, before any weights load
         report = progress or (lambda _label, _fraction: None)
         self.target_model = LlamaModel(ModelConfig(config.target, config.n_gpu_layers, repack=config.repack),
-                                       progress=lambda f: report("target", f) or True)
+                                       progress=lambda f: report("target", f) is not False)
         ctx_cfg = ContextConfig(n_ctx=config.n_ctx, n_batch=config.n_batch, n_ubatch=config.n_batch,
                                 n_threads=config.n_threads, flash_attn=config.flash_attn,
                                 type_k=config.type_k, type_v=config.type_v)
@@ -75,7 +75,7 @@ class SpecSession:
         self.draft_ctx: LlamaContext | None = None
         if config.draft is not None:
             self.draft_model = LlamaModel(ModelConfig(config.draft, config.n_gpu_layers_draft, repack=config.repack),
-                                          progress=lambda f: report("draft", f) or True)
+                                          progress=lambda f: report("draft", f) is not False)
             self.draft_ctx = LlamaContext(self.draft_model, replace(ctx_cfg, n_ctx=config.n_ctx_draft or config.n_ctx))
         self._engines: dict[str, SpecEngine] = {}
 

@@ -18,7 +18,15 @@ import numpy as np
 
 from app.engine.acceptance import AcceptanceTally
 from app.engine.drafters import NO_DRAFT, Draft, Drafter
-from app.engine.events import Event, FinishEvent, GenerationStats, StepEvent, TokenEvent, TokenFate
+from app.engine.events import (
+    Event,
+    FinishEvent,
+    GenerationStats,
+    PrefillEvent,
+    StepEvent,
+    TokenEvent,
+    TokenFate,
+)
 from app.engine.governor import Governor
 from app.engine.penalties import PenaltyWindow
 from app.engine.sampling import SampleNoise, SamplingParams, distribution, top_two_margin
@@ -56,12 +64,19 @@ class SpecEngine:
         self.model = target.model
         self.drafter = drafter
 
-    def _prefill(self, prompt: Sequence[int]) -> int:
-        """Make the target cache hold prompt[:-1], reusing the longest cached prefix. Returns tokens decoded."""
+    def _prefill(self, prompt: Sequence[int], cancel: threading.Event | None) -> Iterator[PrefillEvent]:
+        """Make the target cache hold prompt[:-1], reusing the longest cached prefix, a batch at a
+        time: progress after each, and a set `cancel` stops between batches (the cache then holds a
+        shorter prefix, which the next prompt reuses as it would any other)."""
         head = list(prompt[:-1])
         common = self.target.keep_common_prefix(head)
-        self.target.decode(head[common:], logits_for="none")
-        return len(head) - common
+        total = len(head) - common
+        step = max(1, self.target.n_batch)
+        for start in range(common, len(head), step):
+            if cancel is not None and cancel.is_set():
+                return
+            self.target.decode(head[start:start + step], logits_for="none")
+            yield PrefillEvent(min(start + step, len(head)) - common, total)
 
     def generate(
         self,
@@ -90,8 +105,11 @@ class SpecEngine:
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
         t_start = time.perf_counter()
-        n_prefilled = self._prefill(prompt)
-        if k_max > 0:
+        n_prefilled = 0
+        for progress in self._prefill(prompt, cancel):
+            n_prefilled = progress.done
+            yield progress
+        if k_max > 0 and not (cancel is not None and cancel.is_set()):
             self.drafter.prepare(list(prompt))
         prefill_ms = (time.perf_counter() - t_start) * 1000.0
 

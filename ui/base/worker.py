@@ -85,18 +85,19 @@ class _Runner(QObject):
         if self._out.put(kind, run, payload):
             self.wake.emit()
 
-    @Slot(object)
-    def load(self, config: PairConfig) -> None:
+    @Slot(object, object)
+    def load(self, config: PairConfig, cancel: threading.Event) -> None:
         self._close_session()
         t0 = time.perf_counter()
         last = ["", -1.0]
 
-        def progress(label: str, fraction: float) -> None:
+        def progress(label: str, fraction: float) -> bool:
             if label != last[0] or fraction - last[1] >= 0.02 or fraction >= 1.0:
                 if label == "draft" and last[0] != "draft":
                     split[0] = len(lines)
                 last[0], last[1] = label, fraction
                 self._put("progress", label, fraction)
+            return not cancel.is_set()  # False makes llama.cpp stop reading weights: the app is closing
 
         lines: list[str] = []
         split = [None]
@@ -212,7 +213,7 @@ class GenerationWorker(QObject):
     contextOverflow = Signal(int, int)  # the history needs this many tokens, more than n_ctx allows: nothing ran
     contextTrimmed = Signal(int, int, int)  # turns left out, tokens sent, n_ctx
 
-    _loadRequested = Signal(object)
+    _loadRequested = Signal(object, object)
     _runRequested = Signal(object, object)
     _closeRequested = Signal()
 
@@ -233,6 +234,7 @@ class GenerationWorker(QObject):
         self._flush_timer.timeout.connect(self._on_flush_timer_timeout)
         self._last_drain = 0.0
         self._cancel = threading.Event()
+        self._load_cancel = threading.Event()
         self._busy = False
         self._loading = False
         self._closed = False
@@ -242,7 +244,8 @@ class GenerationWorker(QObject):
 
     def load(self, config: PairConfig) -> None:
         self._loading = True
-        self._loadRequested.emit(config)
+        self._load_cancel = threading.Event()
+        self._loadRequested.emit(config, self._load_cancel)
 
     def start(self, messages: Sequence[dict[str, str]], runs: Sequence[tuple[str, GenParams]],
               overflow: str = "ask") -> None:
@@ -264,7 +267,8 @@ class GenerationWorker(QObject):
         if self._closed:
             return True
         self._closed = True
-        self._cancel.set()
+        self._cancel.set()  # a reply ends within one step, prompt processing within one batch
+        self._load_cancel.set()  # a load stops at its next progress report
         self._closeRequested.emit()
         done = self._thread.wait(timeout_ms)
         if not done:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.chat.conversations import ChatStore, Conversation, Message, ReplyRecorder, stats_from_json, title_from
-from app.engine.events import Event, FinishEvent, GovernorEvent
+from app.engine.events import Event, FinishEvent, GovernorEvent, PrefillEvent, TokenEvent
 from app.engine.session import GenParams
 from ui.base.message_bar import MessageBar
 from ui.base.worker import GenerationWorker
@@ -30,6 +30,7 @@ class ChatController(QObject):
     conversationsChanged = Signal()
     governorSwitched = Signal(object)  # GovernorEvent: drafting turned off or back on
     contextChanged = Signal(int, int)  # tokens the conversation fills, the context's size
+    prefillProgress = Signal(int, int)  # prompt tokens processed, of; (0, 0) when the reply starts or ends
 
     def __init__(
         self,
@@ -63,6 +64,7 @@ class ChatController(QObject):
         worker.contextOverflow.connect(self._on_worker_contextOverflow)
         worker.contextTrimmed.connect(self._on_worker_contextTrimmed)
         self.n_ctx = 0  # of the loaded pair, as the worker last reported it
+        self._prefilling = False
 
     # --- conversations -------------------------------------------------------------------------------
 
@@ -247,6 +249,8 @@ class ChatController(QObject):
 
     @Slot(str, object)
     def _on_worker_runStarted(self, name: str, _params: GenParams) -> None:
+        self._prefilling = True
+        self.prefillProgress.emit(0, -1)  # the prompt is being processed: progress follows per batch
         self.stats.reset()
         if self._comparing:
             self.compare.start_run(name)
@@ -263,6 +267,11 @@ class ChatController(QObject):
         for event in events:
             if isinstance(event, GovernorEvent) and event.action in ("disable", "enable"):
                 self.governorSwitched.emit(event)
+            elif isinstance(event, PrefillEvent):
+                self.prefillProgress.emit(event.done, event.total)
+            elif isinstance(event, TokenEvent) and self._prefilling:
+                self._prefilling = False
+                self.prefillProgress.emit(0, 0)
 
     @Slot(str, object)
     def _on_worker_finished(self, name: str, finish: FinishEvent) -> None:
@@ -318,6 +327,8 @@ class ChatController(QObject):
             self.recorder = None
             self.transcript.finish_reply()
         self._comparing = False
+        self._prefilling = False
+        self.prefillProgress.emit(0, 0)
         self.conversationsChanged.emit()
         self.busyChanged.emit(False)
         self._result = ok and not self._error

@@ -52,6 +52,7 @@ class ModelsController(QObject):
         self.loaded = None
         self.incompatible = None
         self.label.setText(f"Loading {Path(target).name}" + (f" + {Path(draft).name}" if draft else "") + "…")
+        self.progress.setRange(0, 100)  # the same bar shows prompt processing in tokens
         self.progress.setValue(0)
         self.progress.show()
         # force: load even when the memory prediction says the pair will not fit (the user asked)

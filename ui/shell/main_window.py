@@ -189,6 +189,7 @@ class MainWindow(QMainWindow):
         self.conversations.deleteRequested.connect(self.controller.delete)
         self.transcript.messageAction.connect(self._on_transcript_messageAction)
         self.controller.contextChanged.connect(self._on_controller_contextChanged)
+        self.controller.prefillProgress.connect(self._on_controller_prefillProgress)
         self.controller.conversationsChanged.connect(self._on_controller_conversationsChanged)
         self.controller.busyChanged.connect(self._on_controller_busyChanged)
         self.controller.replyFinished.connect(self._on_controller_replyFinished)
@@ -554,6 +555,18 @@ class MainWindow(QMainWindow):
         if any(key in RUNTIME_FIELDS for key in changes) and self.models.pair is not None:
             self.errors.show_message("Context, threads, GPU layers and flash attention apply when the models load.",
                                      "info", ("Reload now", "reload"))
+
+    @Slot(int, int)
+    def _on_controller_prefillProgress(self, done: int, total: int) -> None:
+        """Between Send and the first token: "processing prompt" with progress (Stop cancels it)."""
+        if total == 0:
+            if self.progress.format().startswith("processing"):
+                self.progress.hide()
+            return
+        self.progress.setFormat("processing prompt %p%")
+        self.progress.setRange(0, max(total, 0))  # (0, 0): busy until the first batch reports
+        self.progress.setValue(done)
+        self.progress.show()
 
     @Slot(int, int)
     def _on_controller_contextChanged(self, used: int, n_ctx: int) -> None:
