@@ -13,6 +13,8 @@ import pytest
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
+from app.models.gguf_meta import read_gguf
+
 ROOT = Path(__file__).resolve().parents[1]
 KIT = ROOT / "packaging" / "gpu_kit"
 sys.path.insert(0, str(KIT))
@@ -39,8 +41,7 @@ def headers(target_path: Path, draft_path: Path) -> dict:
 def test_headers_are_small_and_rebuild_the_real_tensor_tables(headers: dict, target_path: Path,
                                                               draft_path: Path) -> None:
     for name, real in (("demo-target", target_path), ("demo-draft", draft_path)):
-        reader = GGUFReader(real)
-        table = [(t.name, [int(d) for d in t.shape], t.tensor_type.name) for t in reader.tensors]
+        table = [(t.name, list(t.shape), t.type) for t in read_gguf(real).tensors]  # the app's own parser
         spec = synth_gguf.spec_from(headers[name], name)
         assert spec.tensors == table  # names, ggml dims and quantisation types, in file order
         assert len(headers[name].value("tokenizer.ggml.tokens")) == 151936
