@@ -331,3 +331,21 @@ def test_processing_prompt_state_between_send_and_the_first_token(window: Any, q
     assert seen[0] == (0, -1) and seen[-1] == (0, 0)
     assert any(total > 0 and done == total for done, total in seen)  # the prompt's batches were reported
     assert shown[0] == "processing prompt %p%" and not window.progress.isVisible()
+
+
+def test_closing_during_a_model_load_stops_the_load(qapp: Any, qtbot: Any, target_path: Path, draft_path: Path,
+                                                    tmp_path: Path) -> None:
+    from ui.shell.main_window import MainWindow
+
+    with gui_home(tmp_path):
+        window = MainWindow(Settings(n_ctx=512), save_settings=False)
+        with qtbot.waitSignal(window.worker.loadProgress, timeout=60_000):
+            window.load_models(target_path, draft_path)
+        assert window.worker.is_loading()
+        loaded: list[Any] = []
+        window.worker.loaded.connect(loaded.append)
+        # llama.cpp is reading weights: closing must stop it, not wait for both models to load.
+        assert window.worker.shutdown(timeout_ms=30_000)
+        assert not window.worker._thread.isRunning()
+        assert loaded == []  # the load was abandoned, not finished and then closed
+        window.close()
