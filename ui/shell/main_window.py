@@ -134,6 +134,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.model_label, 1)
         self.context_bar = QProgressBar()
         self.context_bar.setMaximumWidth(260)
+        self.context_bar.setMinimumWidth(190)  # "context 12,345 / 32,768" on one line
         self.context_bar.setToolTip("Tokens this conversation fills in the model's context (the last reply "
                                     "included). When it would overflow, you choose what to leave out.")
         self.context_bar.hide()
@@ -576,7 +577,7 @@ class MainWindow(QMainWindow):
             return
         self.context_bar.setRange(0, n_ctx)
         self.context_bar.setValue(min(used, n_ctx))
-        self.context_bar.setFormat(f"context {used:,} / {n_ctx:,} ({used / n_ctx:.0%})")
+        self.context_bar.setFormat(f"context {used:,} / {n_ctx:,}")
         self.context_bar.show()
 
     @Slot(str)
