@@ -18,8 +18,15 @@ from app.engine.pair_config import PairConfig
 from app.engine.sampling import SamplingParams
 from app.engine.session import GenParams
 from app.engine.speculative import SpecParams
+from app.models.recommended_sampling import CHAT_DEFAULT, SamplingValues
 
 log = logging.getLogger(__name__)
+
+SAMPLING_PRESETS = ("recommended", "greedy", "custom")
+SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingValues))  # the "custom" preset's values
+# Files written before presets existed hold these values unless the user changed them (temperature 0:
+# greedy was the default then).
+_OLD_SAMPLING_DEFAULTS = {"temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
 
 
 @dataclass(frozen=True)
@@ -30,10 +37,18 @@ class Settings:
     mode: str = "auto"  # auto | draft | lookup | hybrid | none (app.engine.drafters.CHOICES)
     # Generation
     n_predict: int = 1024
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
+    # Sampling preset (SAMPLING_PRESETS): "recommended" (the target model's own recommendation, else a chat
+    # default: app.models.recommended_sampling), "greedy" (deterministic argmax without penalties, what the
+    # exactness checks and the comparison use) or "custom" (the values below, llama.cpp's names).
+    sampling: str = "recommended"
+    temperature: float = CHAT_DEFAULT.temperature
+    top_k: int = CHAT_DEFAULT.top_k
+    top_p: float = CHAT_DEFAULT.top_p
+    min_p: float = CHAT_DEFAULT.min_p
+    repeat_penalty: float = CHAT_DEFAULT.repeat_penalty
+    repeat_last_n: int = CHAT_DEFAULT.repeat_last_n
+    frequency_penalty: float = CHAT_DEFAULT.frequency_penalty
+    presence_penalty: float = CHAT_DEFAULT.presence_penalty
     seed: int | None = None
     # Speculation
     draft_max: int = 6
@@ -60,11 +75,25 @@ class Settings:
     compare: bool = False
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    def gen_params(self, mode: str | None = None) -> GenParams:
+    def custom_sampling(self) -> SamplingValues:
+        return SamplingValues(**{name: getattr(self, name) for name in SAMPLING_FIELDS})
+
+    def sampling_params(self, recommended: SamplingValues | None = None, preset: str | None = None) -> SamplingParams:
+        """The next reply's sampling. `recommended`: the target model's recommendation
+        (`app.models.recommended_sampling.recommended_for(target).values`; None: the chat default);
+        `preset` replaces this settings' preset (a chat's own, or "greedy" for a comparison)."""
+        preset = preset or self.sampling
+        if preset == "greedy":
+            return SamplingParams(seed=self.seed)
+        values = self.custom_sampling() if preset == "custom" else recommended or CHAT_DEFAULT
+        return SamplingParams(seed=self.seed, **values.as_dict())
+
+    def gen_params(self, mode: str | None = None, recommended: SamplingValues | None = None,
+                   preset: str | None = None) -> GenParams:
         return GenParams(
             mode=mode or self.mode,
             n_predict=self.n_predict,
-            sampling=SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p, self.seed),
+            sampling=self.sampling_params(recommended, preset),
             spec=SpecParams(self.draft_max, self.draft_min, self.draft_p_min, self.adaptive),
         )
 
@@ -88,10 +117,24 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
     return value
 
 
+def _migrate_sampling(data: dict[str, Any]) -> dict[str, Any]:
+    """A file from before the sampling presets: the old defaults become "recommended", values the user
+    changed become "custom" (without penalties, which did not exist then)."""
+    if "sampling" in data:
+        return data
+    if all(data.get(k, v) == v for k, v in _OLD_SAMPLING_DEFAULTS.items()):
+        return {k: v for k, v in data.items() if k not in _OLD_SAMPLING_DEFAULTS}
+    return {"repeat_penalty": 1.0, **data, "sampling": "custom"}
+
+
 def from_dict(data: dict[str, Any]) -> Settings:
     defaults = Settings()
+    data = _migrate_sampling(data)
     known = {f.name for f in fields(Settings)} - {"extra"}
     values = {k: _coerce(k, v, getattr(defaults, k)) for k, v in data.items() if k in known}
+    if values.get("sampling", defaults.sampling) not in SAMPLING_PRESETS:
+        log.warning("Unknown sampling preset %r in the settings; using %r.", values["sampling"], defaults.sampling)
+        values["sampling"] = defaults.sampling
     extra = {k: v for k, v in data.items() if k not in known}
     return replace(defaults, **values, extra=extra)
 

@@ -29,6 +29,7 @@ from app.cli.options import gen_params, pair_config, resolve_models
 from app.engine.drafters import NEEDS_DRAFT
 from app.engine.events import Divergence, FinishEvent
 from app.engine.session import GenParams, SpecSession
+from app.models.recommended_sampling import recommended_for
 
 NEAR_TIE_MARGIN = 0.1  # logit gap under which batched vs one-token kernels may legitimately flip
 DEFAULT_N_PREDICT = 128
@@ -393,6 +394,8 @@ def _native_plan(args: argparse.Namespace, cfg: Any, params: GenParams, workdir:
         type_k=cfg.type_k, type_v=cfg.type_v, temp=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
         seed=s.seed, draft_max=params.spec.draft_max, p_min=params.spec.p_min,
         timeout_s=args.native_timeout, extra_args=native_bench.split_args(args.native_args or ""),
+        repeat_penalty=s.repeat_penalty, repeat_last_n=s.repeat_last_n, frequency_penalty=s.frequency_penalty,
+        presence_penalty=s.presence_penalty,
     )
     return NativePlan(settings, modes, workdir)
 
@@ -409,7 +412,8 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     for mode in [m for m in modes if m in NEEDS_DRAFT and draft is None]:
         modes.remove(mode)
         print(f"specchat: note: no draft model, so the {mode} mode is skipped", file=sys.stderr)
-    params = gen_params(args, settings, draft is not None)
+    # Greedy unless --sampling or a sampling flag says otherwise: the bench checks exactness against plain.
+    params = gen_params(args, settings, draft is not None, recommended_for(target).values, preset="greedy")
     params = GenParams(params.mode, args.n_predict or DEFAULT_N_PREDICT, params.sampling, params.spec)
     cfg = pair_config(args, settings, target, draft)
     runs: list[BenchRun] = []

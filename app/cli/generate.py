@@ -13,7 +13,9 @@ from app.cli.options import UserError, gen_params, pair_config, resolve_models
 from app.cli.render import TerminalRenderer, format_stats
 from app.engine.drafters import NEEDS_DRAFT
 from app.engine.events import FinishEvent, StepEvent
+from app.engine.sampling import SamplingParams
 from app.engine.session import SpecSession, check_pair_or_raise
+from app.models.recommended_sampling import recommended_for
 
 
 def stats_json(finish: FinishEvent) -> dict[str, object]:
@@ -27,12 +29,30 @@ def stats_json(finish: FinishEvent) -> dict[str, object]:
     }
 
 
+def describe_sampling(sampling: SamplingParams) -> str:
+    if sampling.greedy and not sampling.penalized:
+        return "greedy"
+    parts = ["greedy" if sampling.greedy else
+             f"temperature {sampling.temperature:g}, top-k {sampling.top_k}, top-p {sampling.top_p:g}, "
+             f"min-p {sampling.min_p:g}"]
+    if sampling.penalized:
+        parts.append(f"penalties over the last {sampling.repeat_last_n} tokens: repeat {sampling.repeat_penalty:g}, "
+                     f"frequency {sampling.frequency_penalty:g}, presence {sampling.presence_penalty:g}")
+    if sampling.seed is not None and not sampling.greedy:
+        parts.append(f"seed {sampling.seed}")
+    return "; ".join(parts)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     settings, warning = settings_mod.load()
     if warning:
         print(f"specchat: warning: {warning}", file=sys.stderr)
     target, draft = resolve_models(args, settings)
-    params = gen_params(args, settings, draft is not None)
+    recommendation = recommended_for(target)
+    preset = args.sampling or settings.sampling
+    params = gen_params(args, settings, draft is not None, recommendation.values)
+    sampling_info = {**asdict(params.sampling), "preset": preset,
+                     "recommended_by": recommendation.source if preset == "recommended" else None}
     if params.mode in NEEDS_DRAFT and draft is None:
         raise UserError(f"--mode {params.mode} needs a draft model (-md DRAFT.GGUF); --mode lookup speculates "
                         "without one.")
@@ -66,10 +86,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return 130
     if args.json:
         data = stats_json(finish)
+        data["sampling"] = sampling_info
         data["steps"] = steps
         print(json.dumps(data))
     else:
         legend = renderer.legend()
         print(("\n" + legend) if legend else "", file=sys.stderr)
         print(format_stats(finish.stats), file=sys.stderr)
+        source = f" ({recommendation.source})" if preset == "recommended" else ""
+        print(f"sampling: {preset}{source}: {describe_sampling(params.sampling)}", file=sys.stderr)
     return 0

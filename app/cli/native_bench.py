@@ -72,6 +72,11 @@ class NativeSettings:
     p_min: float
     timeout_s: float = 600.0
     extra_args: tuple[str, ...] = ()
+    # Penalties, always passed: llama.cpp would otherwise take a GGUF's general.sampling.penalty_* keys.
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,9 @@ def command(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, n_p
            "-n", str(n_predict), "-c", str(s.n_ctx), "-b", str(n_batch), "-ub", str(s.n_batch),
            "-t", str(s.n_threads), "-fa", "on" if s.flash_attn else "off", "--repack" if s.repack else "--no-repack",
            "-ngl", _layers(s.n_gpu_layers), "-ctk", s.type_k, "-ctv", s.type_v,
-           "--temp", repr(s.temp), "--top-k", str(s.top_k), "--top-p", repr(s.top_p), "--min-p", repr(s.min_p)]
+           "--temp", repr(s.temp), "--top-k", str(s.top_k), "--top-p", repr(s.top_p), "--min-p", repr(s.min_p),
+           "--repeat-penalty", repr(s.repeat_penalty), "--repeat-last-n", str(s.repeat_last_n),
+           "--frequency-penalty", repr(s.frequency_penalty), "--presence-penalty", repr(s.presence_penalty)]
     if s.seed is not None and s.seed >= 0:
         cmd += ["--seed", str(s.seed)]
     if mode == "plain":

@@ -4,16 +4,17 @@ generation flags, and how they combine with the saved settings and the demo pair
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from app import settings as settings_mod
 from app.engine.drafters import CHOICES, auto_mode
 from app.engine.pair_config import PairConfig
-from app.engine.sampling import SamplingParams
 from app.engine.session import GenParams
 from app.engine.speculative import SpecParams
 from app.llama_backend import supports_gpu_offload
 from app.models.demo_pair import demo_pair_paths
+from app.models.recommended_sampling import SamplingValues
 
 EXIT_BAD_INPUT = 2
 
@@ -52,10 +53,24 @@ def add_generation_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--wide-verify", action="store_true", help="with --strict, let K reach --draft-max even "
                    "where verify batches then leave one-token decoding's kernels (K > 6); near-ties may flip")
     g.add_argument("--no-adapt", action="store_true", help="fixed K: the governor neither shrinks K nor stops drafting")
+    g = parser.add_argument_group("sampling", "a preset, then any of these flags on top of it (llama.cpp's names)")
+    g.add_argument("--sampling", choices=settings_mod.SAMPLING_PRESETS, default=None,
+                   help="recommended: the target model's recommended sampling (its GGUF's general.sampling keys, "
+                   "else SpecChat's catalogue of model families, else a chat default); greedy: deterministic "
+                   "argmax without penalties, exact token-for-token; custom: the values saved in the settings. "
+                   "Default: the settings' preset (recommended) for generate, greedy for bench")
     g.add_argument("--temp", type=float, default=None, help="temperature (0: greedy, exact token-for-token)")
-    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-k", type=int, default=None, help="top-k (0: the whole vocabulary)")
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--min-p", type=float, default=None)
+    g.add_argument("--repeat-penalty", type=float, default=None,
+                   help="divide a repeated token's positive logit by this (multiply a negative one); 1: off")
+    g.add_argument("--repeat-last-n", type=int, default=None,
+                   help="how many of the context's last tokens the penalties count (0: penalties off)")
+    g.add_argument("--frequency-penalty", type=float, default=None,
+                   help="subtract this times a token's count in that window from its logit; 0: off")
+    g.add_argument("--presence-penalty", type=float, default=None,
+                   help="subtract this from the logit of every token in that window; 0: off")
     g.add_argument("--seed", type=int, default=None)
 
 
@@ -96,22 +111,31 @@ def pair_config(args: argparse.Namespace, settings: settings_mod.Settings, targe
     )
 
 
-def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_draft: bool) -> GenParams:
+# Sampling flag -> SamplingParams field.
+SAMPLING_FLAGS = {
+    "temp": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "seed": "seed",
+    "repeat_penalty": "repeat_penalty", "repeat_last_n": "repeat_last_n",
+    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+}
+
+
+def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_draft: bool,
+               recommended: SamplingValues | None = None, preset: str | None = None) -> GenParams:
+    """`recommended`: the target's recommended sampling (None: the chat default); `preset`: the command's
+    own default preset (bench: "greedy"; None: the settings' preset). --sampling and the flags come on top."""
     s = settings
     mode = args.mode or s.mode
     if mode == "auto":  # resolved here, so a draft model that "auto" will not use is not loaded
         # A draft named on the command line is the user's choice: auto then drafts with it.
         mode = "hybrid" if getattr(args, "model_draft", None) else auto_mode(has_draft, supports_gpu_offload())
+    sampling = s.sampling_params(recommended, getattr(args, "sampling", None) or preset)
+    sampling = replace(sampling, **{field: getattr(args, flag) for flag, field in SAMPLING_FLAGS.items()
+                                    if getattr(args, flag, None) is not None})
+    sampling.validate()  # a bad flag is named before any model loads
     return GenParams(
         mode=mode,
         n_predict=int(_pick(args.n_predict, s.n_predict)),  # type: ignore[call-overload]
-        sampling=SamplingParams(
-            float(_pick(args.temp, s.temperature)),  # type: ignore[arg-type]
-            int(_pick(args.top_k, s.top_k)),  # type: ignore[call-overload]
-            float(_pick(args.top_p, s.top_p)),  # type: ignore[arg-type]
-            float(_pick(args.min_p, s.min_p)),  # type: ignore[arg-type]
-            args.seed if args.seed is not None else s.seed,
-        ),
+        sampling=sampling,
         spec=SpecParams(
             draft_max=int(_pick(args.draft_max, s.draft_max)),  # type: ignore[call-overload]
             draft_min=int(_pick(args.draft_min, s.draft_min)),  # type: ignore[call-overload]
