@@ -32,6 +32,7 @@ from app.engine.drafters import CHOICES, NEEDS_DRAFT, auto_mode
 from app.engine.events import GovernorEvent
 from app.engine.session import GenParams
 from app.llama_backend import supports_gpu_offload
+from app.models.recommended_sampling import recommended_for
 from app.settings import Settings
 from ui.base.message_bar import MessageBar
 from ui.base.worker import GenerationWorker, LoadInfo
@@ -319,12 +320,15 @@ class MainWindow(QMainWindow):
 
     def runs(self) -> list[tuple[str, GenParams]]:
         mode = self._mode()
-        params = self.settings.gen_params(mode)
         if not self.compare_action.isChecked():
-            return [("chat", params)]
+            # The settings' sampling preset; "recommended" takes the loaded target's recommendation.
+            recommended = recommended_for(self.loaded.config.target).values if self.loaded is not None else None
+            return [("chat", self.settings.gen_params(mode, recommended))]
+        # The comparison is greedy: its badge checks the two outputs token for token.
+        params = self.settings.gen_params(mode, preset="greedy")
         if mode == "none":
             params = params.with_mode(self._mode("auto"))
-        plain = replace(self.settings.gen_params("none"), track_margins=True)
+        plain = replace(self.settings.gen_params("none", preset="greedy"), track_margins=True)
         return [("plain", plain), ("spec", params)]
 
     def _models(self) -> dict[str, str | None]:
