@@ -126,5 +126,8 @@ def test_dry_run_writes_every_report_field(tmp_path: Path, target_path: Path, dr
     assert set(report["engine_overhead_pct"]["1.5b/0.5b"]) == {"none", "lookup", "draft", "hybrid"}
     for pair in ("1.5b/0.5b", "7b/0.5b"):
         assert set(report["predicted_speedup"][pair]) == {"draft", "lookup", "hybrid"}
+    for pair in ("1.5b/0.5b", "7b/0.5b", "agreeing-0.5b/2-layer"):
         assert set(report["governor"]["engine"][pair]) == {"lookup", "draft", "hybrid"}
+    agreeing = report["engine"]["agreeing-0.5b/2-layer"]["draft"]
+    assert agreeing["drafted"] > 0 and agreeing["accepted"] >= 0.75 * agreeing["drafted"]  # the pair agrees
     assert 0 < report["carry_bytes"] < 64 << 20

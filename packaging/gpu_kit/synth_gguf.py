@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -38,6 +39,7 @@ class Config:
 # Qwen2.5-Coder-7B-Instruct's config.json: a separate output matrix and a vocabulary padded to 152,064.
 SEVEN_B = Config(n_layer=28, n_embd=3584, n_ff=18944, n_head=28, n_head_kv=4, n_vocab=152064)
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
+FORMAT = 3  # bump when the bytes a spec gives change: cached files are rewritten
 
 
 def config_of(header: Header) -> Config:
@@ -88,9 +90,14 @@ class Spec:
     config: Config
     tensors: list[tuple[str, list[int], str]]
     overrides: dict[str, object]
+    # Layers from this one on add almost nothing to the residual stream (their output projections'
+    # scales x QUIET): the model then writes what its first layers write, so a copy cut to those
+    # layers is a cheap draft that agrees with it (an agreeing pair for the governor at GPU speed).
+    quiet_from: int | None = None
 
 
-def spec_from(header: Header, name: str, config: Config | None = None, layers: int | None = None) -> Spec:
+def spec_from(header: Header, name: str, config: Config | None = None, layers: int | None = None,
+              quiet_from: int | None = None) -> Spec:
     """The header's model re-dimensioned to `config` (default: its own) and cut to `layers` layers.
 
     Tensor types follow the source layer by layer (Q4_K_M's mix of Q4_K and Q6_K depends on the
@@ -128,7 +135,7 @@ def spec_from(header: Header, name: str, config: Config | None = None, layers: i
         f"{arch}.attention.head_count_kv": config.n_head_kv,
         "general.name": f"synthetic {name} ({config.n_layer} layers, n_embd {config.n_embd})",
     }
-    return Spec(name, header, config, tensors, overrides)
+    return Spec(name, header, config, tensors, overrides, quiet_from)
 
 
 def demo_specs(target: Header, draft: Header, scale: dict[str, int] | None = None) -> dict[str, Spec]:
@@ -138,6 +145,16 @@ def demo_specs(target: Header, draft: Header, scale: dict[str, int] | None = Non
         "target-1.5b": spec_from(target, "target-1.5b", layers=scale.get("target-1.5b")),
         "draft-0.5b": spec_from(draft, "draft-0.5b", layers=scale.get("draft-0.5b")),
         "target-7b": spec_from(target, "target-7b", SEVEN_B, layers=scale.get("target-7b")),
+    }
+
+
+def agreeing_specs(draft: Header, scale: dict[str, int] | None = None) -> dict[str, Spec]:
+    """A 0.5B-shaped target whose layers after the first AGREE_LAYERS are quiet, and its first
+    AGREE_LAYERS layers as the draft: the same bytes where they share a tensor, so they agree."""
+    scale = scale or {}
+    return {
+        "agree-target": spec_from(draft, "agree-target", layers=scale.get("agree-target"), quiet_from=AGREE_LAYERS),
+        "agree-draft": spec_from(draft, "agree-draft", layers=AGREE_LAYERS),
     }
 
 
@@ -171,6 +188,12 @@ _SCALES: dict[str, tuple[tuple[int, ...], float]] = {
     "Q5_K": ((0, 2), 512.0),
     "Q6_K": ((208,), 1024.0),
 }
+# Output matrices 20x larger than order one: logits spread over ~30 instead of ~1.5, so the models
+# are as sure of their top token as real ones (a drafter's p-min cut would stop every draft otherwise).
+OUTPUT_GAIN = 20.0
+QUIET = 0.002
+AGREE_LAYERS = 2
+_QUIET_ROLES = ("attn_output.weight", "ffn_down.weight")
 _POOL_BYTES = 1 << 26  # random bytes reused at random block-aligned offsets: fast on any disk
 _CHUNK_BLOCKS = 1 << 16
 
@@ -194,18 +217,29 @@ def write(spec: Spec, path: Path, seed: int = 0) -> Path:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    rng = np.random.default_rng(seed)
-    pool = rng.integers(0, 256, _POOL_BYTES, dtype=np.uint8)
+    pool = np.random.default_rng(seed).integers(0, 256, _POOL_BYTES, dtype=np.uint8)
     fout = writer.fout[0]  # type: ignore[index]
     align = writer.data_alignment
     _pad(fout, align)
     for tname, dims, ttype in spec.tensors:
-        _write_tensor(fout, tname, dims, ttype, rng, pool)
+        # One generator per tensor name: two models holding a tensor of the same name, shape and type
+        # hold the same bytes (the agreeing pair relies on it).
+        rng = np.random.default_rng([seed, zlib.crc32(tname.encode())])
+        m = _BLK.match(tname)
+        quiet = (spec.quiet_from is not None and m is not None and int(m.group(1)) >= spec.quiet_from
+                 and m.group(2) in _QUIET_ROLES)
+        gain = QUIET if quiet else OUTPUT_GAIN if tname == "output.weight" else 1.0
+        _write_tensor(fout, tname, dims, ttype, rng, pool, gain)
         _pad(fout, align)
     writer.close()
-    meta = {"name": spec.name, "config": spec.config.__dict__, "tensors": len(spec.tensors), "seed": seed}
-    path.with_suffix(".json").write_text(json.dumps(meta))
+    path.with_suffix(".json").write_text(json.dumps(meta(spec, seed)))
     return path
+
+
+def meta(spec: Spec, seed: int = 0) -> dict:
+    """What identifies a written file's bytes (kept beside it, so a cached file is reused only if equal)."""
+    return {"name": spec.name, "config": spec.config.__dict__, "tensors": len(spec.tensors), "seed": seed,
+            "quiet_from": spec.quiet_from, "format": FORMAT}
 
 
 def _pad(fout, align: int) -> None:  # type: ignore[no-untyped-def]
@@ -215,7 +249,7 @@ def _pad(fout, align: int) -> None:  # type: ignore[no-untyped-def]
 
 
 def _write_tensor(fout, name: str, dims: list[int], ttype: str, rng: np.random.Generator,  # type: ignore[no-untyped-def]
-                  pool: np.ndarray) -> None:
+                  pool: np.ndarray, gain: float = 1.0) -> None:
     n = int(np.prod(dims))
     n_in = dims[0]
     if ttype in ("F32", "F16"):
@@ -232,7 +266,7 @@ def _write_tensor(fout, name: str, dims: list[int], ttype: str, rng: np.random.G
     blocks = n // block
     # Embedding rows are read as they are (order one); matrix weights ~ 1/sqrt(n_in) keep each
     # layer's output of order one, so 28 layers stay finite.
-    base = (1.0 if name == "token_embd.weight" else 1.0 / np.sqrt(n_in)) / typical
+    base = gain * (1.0 if name == "token_embd.weight" else 1.0 / np.sqrt(n_in)) / typical
     per_chunk = _CHUNK_BLOCKS
     pool_blocks = len(pool) // size
     done = 0
