@@ -155,3 +155,49 @@ def test_fit_messages_drops_the_oldest_turns_first() -> None:
     assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:], strict=False))
     # Too long even alone: says so rather than sending something the context cannot hold.
     assert not fit_messages(history, count, n_ctx=30, room=10).fits
+
+
+def test_lazy_load_reads_only_the_index_until_a_chat_is_opened(home: Path) -> None:
+    store = ChatStore()
+    ids = []
+    for i in range(3):
+        conv = store.new()
+        conv.title = f"chat {i}"
+        conv.messages = [Message("user", f"question {i}"), Message("assistant", f"answer {i} zebra" * (i + 1))]
+        store.save(conv)
+        ids.append(conv.id)
+    ChatStore().load_all(lazy=True)  # no index yet: every file is read and the index written
+
+    lazy = ChatStore()
+    listed = lazy.load_all(lazy=True)
+    assert all(c.stub for c in listed) and [c.message_count() for c in listed] == [2, 2, 2]
+    assert [c.title for c in listed] == ["chat 2", "chat 1", "chat 0"]  # newest first, from the index
+    stub = lazy.conversations[ids[1]]
+    with pytest.raises(RuntimeError, match="not loaded"):
+        lazy.save(stub)  # a stub must never overwrite its file with nothing
+    lazy.rename(stub, "renamed")  # reads it first, so the messages survive
+    assert not stub.stub and [m.content for m in stub.messages][0] == "question 1"
+    again = ChatStore()
+    again.load_all()
+    assert again.conversations[ids[1]].title == "renamed" and len(again.conversations[ids[1]].messages) == 2
+
+    # Another store's save keeps the index right; a file changed behind the index's back (an older
+    # version, a hand edit) no longer matches its stamp and is read again.
+    other = ChatStore()
+    other.load_all()
+    changed = other.conversations[ids[0]]
+    changed.messages.append(Message("user", "okapi?"))
+    other.save(changed)
+    fourth = ChatStore()
+    fourth.load_all(lazy=True)
+    assert fourth.conversations[ids[0]].stub and fourth.conversations[ids[0]].message_count() == 3
+    data = json.loads((other.folder / f"{ids[0]}.json").read_text())
+    data["messages"].append(Message("assistant", "okapis are giraffids").to_json())
+    (other.folder / f"{ids[0]}.json").write_text(json.dumps(data))
+    third = ChatStore()
+    third.load_all(lazy=True)
+    assert not third.conversations[ids[0]].stub and third.conversations[ids[0]].message_count() == 4
+    assert third.conversations[ids[2]].stub
+    assert [c.id for c in third.search("okapi")] == [ids[0]] and [c.title for c in third.search("zebra")]
+    third.delete(third.conversations[ids[2]])
+    assert ids[2] not in {c.id for c in ChatStore().load_all(lazy=True)}

@@ -104,6 +104,10 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     system: str | None = None  # this chat's system prompt; None: the default from the settings
     overflow: str | None = None  # "drop": the user chose to leave out the oldest turns when it outgrows the context
+    # A stub holds only what the chat list needs (from the store's index); ChatStore.ensure_loaded
+    # reads the rest. A stub is never written (ChatStore.save refuses it).
+    stub: bool = field(default=False, compare=False, repr=False)
+    stub_count: int = field(default=0, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -169,6 +173,9 @@ class Conversation:
                 out.append({"role": "user", "content": m.content})
         return out
 
+    def message_count(self) -> int:
+        return self.stub_count if self.stub else len(self.messages)
+
     def haystack(self) -> str:
         """Title and text, case-folded for search; rebuilt only when the chat has changed."""
         key = (self.updated, self.title, len(self.messages))
@@ -181,6 +188,12 @@ class Conversation:
     def matches(self, words: Iterable[str]) -> bool:
         haystack = self.haystack()
         return all(w.casefold() in haystack for w in words)
+
+
+def _stub(conv_id: str, entry: dict[str, Any]) -> Conversation:
+    return Conversation(id=conv_id, title=str(entry.get("title") or "New chat"),
+                        created=float(entry.get("created", 0.0)), updated=float(entry.get("updated", 0.0)),
+                        stub=True, stub_count=int(entry.get("count", 0)))
 
 
 def new_id() -> str:
@@ -223,7 +236,10 @@ class ChatStore:
 
     # --- loading ------------------------------------------------------------------------------
 
-    def load_all(self) -> list[Conversation]:
+    def load_all(self, lazy: bool = False) -> list[Conversation]:
+        """Read every conversation. `lazy` (the window): a chat whose file is unchanged since the
+        index saw it comes as a stub (title, times, message count) and is read when opened or first
+        searched; parsing every token record of every chat made start-up wait on the whole history."""
         self.conversations.clear()
         self.problems.clear()
         if not self.folder.is_dir():
@@ -231,18 +247,83 @@ class ChatStore:
         for stale in self.folder.glob(".*.tmp"):  # an atomic write that was killed before its rename
             with contextlib.suppress(OSError):
                 stale.unlink()
+        index = self._read_index() if lazy else {}
+        fresh: dict[str, dict[str, Any]] = {}
         for path in sorted(self.folder.glob("*.json")):
-            try:
-                conv = Conversation.from_json(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, ValueError, TypeError) as exc:
-                self._set_aside(path, exc)
+            entry = index.get(path.stem)
+            stat = path.stat()
+            if (entry is not None and entry.get("stamp") == [stat.st_mtime_ns, stat.st_size]
+                    and not self._journal_path(path.stem).exists()):
+                self.conversations[path.stem] = _stub(path.stem, entry)
+                fresh[path.stem] = entry
                 continue
-            if conv.id != path.stem:
-                conv.id = path.stem  # the file name is the identity: never overwrite another chat
-            if self._recover(conv):
-                self.save(conv)
-            self.conversations[conv.id] = conv
+            conv = self._read(path)
+            if conv is not None:
+                self.conversations[conv.id] = conv
+                fresh[conv.id] = self._index_entry(conv)
+        if lazy and fresh != index:
+            self._write_index(fresh)
         return self.sorted()
+
+    def ensure_loaded(self, conv: Conversation) -> Conversation:
+        """The whole conversation (a stub is read from its file now, in place)."""
+        if not conv.stub:
+            return conv
+        full = self._read(self._path(conv.id))
+        if full is None:  # unreadable now: set aside and reported; show it empty rather than fail
+            conv.stub, conv.messages = False, []
+            return conv
+        conv.__dict__.update({name: getattr(full, name) for name in Conversation.__dataclass_fields__})
+        conv.stub = False
+        return conv
+
+    def _read(self, path: Path) -> Conversation | None:
+        try:
+            conv = Conversation.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError) as exc:
+            self._set_aside(path, exc)
+            return None
+        if conv.id != path.stem:
+            conv.id = path.stem  # the file name is the identity: never overwrite another chat
+        if self._recover(conv):
+            self.save(conv)
+        return conv
+
+    # --- the index: what the chat list needs, without parsing every chat --------------------------
+
+    def _index_path(self) -> Path:
+        return self.folder / "chats.idx"
+
+    def _read_index(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self._index_path().read_text(encoding="utf-8"))
+            return data["chats"] if data.get("version") == FORMAT_VERSION and isinstance(data["chats"], dict) else {}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}  # rebuilt from the files
+
+    def _write_index(self, entries: dict[str, dict[str, Any]]) -> None:
+        with contextlib.suppress(OSError):  # only a cache: the files are the truth
+            atomic_write_text(self._index_path(), json.dumps({"version": FORMAT_VERSION, "chats": entries},
+                                                             ensure_ascii=False))
+
+    def _index_entry(self, conv: Conversation) -> dict[str, Any]:
+        path = self._path(conv.id)
+        try:
+            stat = path.stat()
+            stamp = [stat.st_mtime_ns, stat.st_size]
+        except OSError:
+            stamp = []
+        return {"title": conv.title, "created": conv.created, "updated": conv.updated,
+                "count": len(conv.messages), "stamp": stamp}
+
+    def _update_index(self, conv: Conversation | None, removed: str = "") -> None:
+        if not self._index_path().exists():
+            return  # a store that never loaded lazily keeps no index
+        entries = self._read_index()
+        if conv is not None:
+            entries[conv.id] = self._index_entry(conv)
+        entries.pop(removed, None)
+        self._write_index(entries)
 
     def _set_aside(self, path: Path, exc: Exception) -> None:
         aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -286,13 +367,18 @@ class ChatStore:
         return conv
 
     def save(self, conv: Conversation) -> None:
+        if conv.stub:
+            raise RuntimeError(f"conversation {conv.id} was not loaded; saving it would empty its file")
         conv.updated = time.time()
         self.conversations[conv.id] = conv
         atomic_write_text(self._path(conv.id), json.dumps(conv.to_json(), ensure_ascii=False))
         # Everything journaled is now in the file: start the journal afresh.
         self._close_journal(conv.id, remove=True)
+        if not conv.messages or conv.messages[-1].status != "generating":
+            self._update_index(conv)  # not at a reply's start: the end follows soon
 
     def rename(self, conv: Conversation, title: str) -> None:
+        self.ensure_loaded(conv)
         conv.title = title.strip() or conv.title
         self.save(conv)
 
@@ -326,21 +412,25 @@ class ChatStore:
     def find(self, prefix: str) -> Conversation:
         """The conversation whose id is or starts with `prefix` (as `chats export` takes it)."""
         if prefix in self.conversations:
-            return self.conversations[prefix]
+            return self.ensure_loaded(self.conversations[prefix])
         hits = [c for c in self.conversations.values() if c.id.startswith(prefix)]
         if len(hits) != 1:
             what = "no conversation" if not hits else f"{len(hits)} conversations"
             raise KeyError(f"{what} with an id starting {prefix!r} in {self.folder} (see `specchat chats list`)")
-        return hits[0]
+        return self.ensure_loaded(hits[0])
 
     def delete(self, conv: Conversation) -> None:
         self._close_journal(conv.id, remove=True)
         self.conversations.pop(conv.id, None)
         with contextlib.suppress(FileNotFoundError):
             self._path(conv.id).unlink()
+        self._update_index(None, removed=conv.id)
 
     def search(self, query: str) -> list[Conversation]:
         words = query.split()
+        if words:
+            for conv in self.conversations.values():
+                self.ensure_loaded(conv)  # the first search reads the chats not opened yet, once
         return [c for c in self.sorted() if c.matches(words)]
 
     # --- the reply in progress ------------------------------------------------------------------

@@ -42,7 +42,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 def _store(folder: Path | None) -> ChatStore:
     store = ChatStore(folder)
-    store.load_all()
+    store.load_all(lazy=True)
     for problem in store.problems:
         print(f"specchat: warning: {problem}", file=sys.stderr)
     return store
@@ -50,7 +50,7 @@ def _store(folder: Path | None) -> ChatStore:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = [
-        {"id": c.id, "title": c.title, "updated": c.updated, "messages": len(c.messages)}
+        {"id": c.id, "title": c.title, "updated": c.updated, "messages": c.message_count()}
         for c in _store(args.folder).sorted()
     ]
     if args.json:

@@ -72,7 +72,7 @@ class ChatController(QObject):
         conv = self.store.conversations.get(conv_id)
         if conv is None or self.busy():
             return
-        self.conv = conv
+        self.conv = self.store.ensure_loaded(conv)  # the list holds stubs until a chat is opened
         self.transcript.set_messages(conv.messages, conv.system_prompt(self.default_system))
         last = next((m for m in reversed(conv.messages) if m.role == "assistant"), None)
         self.stats.show_saved(stats_from_json(last.stats) if last else None)

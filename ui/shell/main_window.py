@@ -62,7 +62,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("SpecChat")
         self.resize(1280, 800)
         self.store = store or ChatStore()
-        self.store.load_all()
+        self.store.load_all(lazy=True)
         self.worker = GenerationWorker(self)
         self._pending_prompt: str | None = None
         self._auto_mode = False
