@@ -30,7 +30,7 @@ PROMPT = "In two short sentences, explain what a Python list is."
 def window(qapp: Any, target_path: Path, draft_path: Path, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[Any]:
     # Fixed K (adaptive off) so drafting really happens on this slow CPU, short replies, greedy.
-    settings = Settings(adaptive=False, n_predict=24, n_ctx=1024, mode="draft", temperature=0.0)
+    settings = Settings(adaptive=False, n_predict=24, n_ctx=1024, mode="draft", sampling="greedy")
     with gui_home(tmp_path_factory.mktemp("gui-chat")):
         w = open_window(target_path, draft_path, settings)
         yield w

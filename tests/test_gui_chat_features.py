@@ -25,7 +25,7 @@ REPLY_TIMEOUT_MS = 120_000
 
 @pytest.fixture(scope="module")
 def window(qapp: Any, smol_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    settings = Settings(n_predict=8, n_ctx=1024, mode="lookup", temperature=0.0)
+    settings = Settings(n_predict=8, n_ctx=1024, mode="lookup", sampling="greedy")
     with gui_home(tmp_path_factory.mktemp("gui-features")):
         w = open_window(smol_path, None, settings)
         yield w
