@@ -28,6 +28,7 @@ done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 kit=packaging/gpu_kit
+carry=${GPU_KIT_CARRY:-$kit/carry}  # another folder only for a rehearsal with another wheel
 start=$(date +%s)
 
 if [ "$dry" = 1 ]; then
@@ -48,10 +49,10 @@ echo "==> carried: $GPU_KIT_CARRY_BYTES bytes"
 (nvidia-smi || echo "nvidia-smi failed") > "$out/nvidia-smi.txt" 2>&1
 head -15 "$out/nvidia-smi.txt"
 shopt -s nullglob
-wheels=("$kit"/carry/wheels/*.whl)
-cuda_wheel=("$kit"/carry/wheels/llama_cpp_python-*.whl)
-[ ${#cuda_wheel[@]} = 1 ] || { echo "gpu_check: no CUDA wheel in $kit/carry/wheels: run prepare.sh and carry $kit/carry" >&2; exit 2; }
-[ -f "$kit/carry/headers/demo-target.gguf.gz" ] || { echo "gpu_check: no GGUF headers in $kit/carry/headers" >&2; exit 2; }
+wheels=("$carry"/wheels/*.whl)
+cuda_wheel=("$carry"/wheels/llama_cpp_python-*.whl)
+[ ${#cuda_wheel[@]} = 1 ] || { echo "gpu_check: no CUDA wheel in $carry/wheels: run prepare.sh and carry $kit/carry" >&2; exit 2; }
+[ -f "$carry/headers/demo-target.gguf.gz" ] || { echo "gpu_check: no GGUF headers in $carry/headers" >&2; exit 2; }
 site=/tmp/specchat-site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "${wheels[@]}"
 export PYTHONPATH="$site:$root${PYTHONPATH:+:$PYTHONPATH}"
@@ -63,7 +64,7 @@ python3 -c "import llama_cpp, sys; print('llama_cpp', llama_cpp.__version__, 'GP
 set +e
 # The phases stop starting at 300 s and the whole check is killed at 360 s, so that a rerun fits the
 # 15-minute device window with the machine's start-up (docs/GPU.md).
-PYTHONUNBUFFERED=1 timeout -k 10 "${GPU_CHECK_TIMEOUT_S:-360}" python3 "$kit/check.py" $rehearse --out "$out" \
+PYTHONUNBUFFERED=1 timeout -k 10 "${GPU_CHECK_TIMEOUT_S:-360}" python3 "$kit/check.py" $rehearse --out "$out" --headers "$carry/headers" \
   --budget-s "${GPU_CHECK_BUDGET_S:-300}" 2>&1 | tee "$out/check.log"
 rc=${PIPESTATUS[0]}
 echo "==> GPU check finished in $(( $(date +%s) - start )) s (exit $rc): $out/report.json"
