@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
     --dry-run) dry=1; shift ;;
     # The GPU path's set-up (carried wheels only, the machine's python3, its CUDA libraries) with the
     # dry run's sizes on whatever device there is: a rehearsal on a CPU machine before a window.
-    --rehearse) rehearse=--dry-run; export GPU_CHECK_ALLOW_CPU=1 GPU_CHECK_BUDGET_S=1500 GPU_CHECK_TIMEOUT_S=1600
+    --rehearse) rehearse=--dry-run; export GPU_CHECK_BUDGET_S=1500 GPU_CHECK_TIMEOUT_S=1600
       shift ;;
     *) echo "usage: gpu_check.sh [--dry-run | --rehearse] --out DIR" >&2; exit 2 ;;
   esac
