@@ -7,6 +7,9 @@ near-tie differently). Sampled output must follow the target's distribution.
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
@@ -47,19 +50,20 @@ def strict_plain_runs(strict_session):
     return _plain_runs(strict_session)
 
 
-def _check_matches_plain(session, runs, mode: str, bound: float) -> None:
+def _check_matches_plain(session, runs, mode: str, bound: float, sampling: SamplingParams | None = None,
+                         n_tokens: int = N_TOKENS) -> None:
     # Fixed K, no governor: drafting must really happen on every step it can.
-    params = GenParams(mode, N_TOKENS, spec=SpecParams(draft_max=6, adaptive=False), track_margins=True)
+    params = GenParams(mode, n_tokens, sampling=sampling or SamplingParams(),
+                       spec=SpecParams(draft_max=6, adaptive=False), track_margins=True)
     drafted = accepted = 0
-    for item in PROMPTS:
-        prompt, plain = runs[item.id]
+    for item_id, (prompt, plain) in runs.items():
         spec = run_once(session, prompt, params)
         drafted += spec.stats.drafted
         accepted += spec.stats.accepted
         divergence = first_divergence(plain, spec)
         if divergence is not None:
             assert divergence.margin < bound, (
-                f"{mode} parted from plain decoding on {item.id!r} at token {divergence.position} where the "
+                f"{mode} parted from plain decoding on {item_id!r} at token {divergence.position} where the "
                 f"plain run's top-two margin was {divergence.margin:.4f} (not a near-tie): a real bug"
             )
         else:
@@ -76,6 +80,62 @@ def test_greedy_speculation_matches_plain_decoding(demo_session, plain_runs, mod
 @pytest.mark.parametrize("mode", ["draft", "lookup", "hybrid"])
 def test_strict_greedy_speculation_matches_plain_decoding(strict_session, strict_plain_runs, mode):
     _check_matches_plain(strict_session, strict_plain_runs, mode, NEAR_TIE_MARGIN)
+
+
+# Strong penalties, so that a row penalised with the wrong context moves its logits by about a unit: with the
+# drafts accepted before a row left out of its counts, speculation parted from plain decoding on each of these
+# prompts at margins of 1.3 to 5.6 (measured), far beyond the rounding bound.
+PENALTIES = SamplingParams(repeat_penalty=1.3, repeat_last_n=64, frequency_penalty=0.5, presence_penalty=0.5)
+PENALISED_PROMPTS = ("code-refactor", "mt-rename-file", "edit-fix-typos")
+N_PENALISED = 64
+
+
+def _penalise(logits: np.ndarray, context: list[int], sampling: SamplingParams) -> np.ndarray:
+    """llama.cpp's penalties recounted from scratch over the context's last tokens (the reference for the
+    engine's incremental window)."""
+    out = np.array(logits, dtype=np.float32)
+    last = context[-sampling.repeat_last_n:] if sampling.repeat_last_n else []
+    repeat, freq, presence = (np.float32(v) for v in (sampling.repeat_penalty, sampling.frequency_penalty,
+                                                        sampling.presence_penalty))
+    for token, count in Counter(last).items():
+        x = out[token]
+        x = x * repeat if x <= 0 else x / repeat
+        out[token] = x - (np.float32(count) * freq + presence)
+    return out
+
+
+@pytest.fixture(scope="module")
+def penalised_plain_runs(demo_session):
+    params = GenParams("none", N_PENALISED, sampling=PENALTIES, track_margins=True)
+    runs = {}
+    for item in PROMPTS:
+        if item.id in PENALISED_PROMPTS:
+            prompt = demo_session.chat_prompt(item.chat())
+            runs[item.id] = (prompt, run_once(demo_session, prompt, params))
+    return runs
+
+
+def test_penalised_plain_decoding_matches_a_recount(demo_session, penalised_plain_runs):
+    """Plain decoding with penalties is the argmax of logits penalised with counts recomputed from scratch at
+    every position: the engine's incremental counts are right along a whole reply."""
+    prompt, plain = penalised_plain_runs["code-refactor"]
+    ctx = demo_session.target_ctx
+    ctx.clear()
+    ctx.decode(prompt[:-1], logits_for="none")
+    sequence = list(prompt)
+    for _ in plain.tokens:
+        ctx.decode(sequence[-1:], logits_for="last")
+        sequence.append(int(np.argmax(_penalise(np.array(ctx.logits(-1)), sequence, PENALTIES))))
+    ctx.clear()
+    assert tuple(sequence[len(prompt):]) == plain.tokens
+    unpenalised = run_once(demo_session, prompt, GenParams("none", N_PENALISED))
+    assert unpenalised.tokens != plain.tokens, "the penalties changed nothing: the check would be empty"
+
+
+@pytest.mark.parametrize("mode", ["draft", "lookup", "hybrid"])
+def test_greedy_speculation_with_penalties_matches_plain_decoding(demo_session, penalised_plain_runs, mode):
+    """Each verify row is penalised with its own context (the drafts accepted before it included)."""
+    _check_matches_plain(demo_session, penalised_plain_runs, mode, REPACK_ROUNDING_MARGIN, PENALTIES, N_PENALISED)
 
 
 def test_token_events_reassemble_the_reply(demo_session, plain_runs):
@@ -139,24 +199,43 @@ def test_kv_rollback_leaves_exactly_the_accepted_tokens(strict_session, plain_ru
     ctx.clear()
 
 
-def test_speculative_sampling_follows_the_target_distribution(demo_session):
-    """Chi-square goodness of fit of the first sampled token against the target's own distribution."""
-    sampling = dict(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0)
-    prompt = demo_session.chat_prompt([{"role": "user", "content": "Name one fruit. Answer with one word."}])
+# The penalised case: the list puts the candidates in the window, so the penalties move the distribution
+# (total variation 0.9 from the unpenalised one, measured) and a sampler that ignored them would fail at once.
+PICK_FROM_LIST = ("Pick one word from this list at random and answer with that word only:\n"
+                  "Apple\nApple\nApple\nBanana\nCherry")
+
+
+@pytest.mark.parametrize("question,penalties", [
+    ("Name one fruit. Answer with one word.", SamplingParams()),
+    (PICK_FROM_LIST, PENALTIES),
+], ids=["plain", "penalised"])
+def test_speculative_sampling_follows_the_target_distribution(demo_session, question, penalties):
+    """Chi-square goodness of fit of the first sampled token against the target's own distribution (with
+    penalties: the distribution of the penalised logits)."""
+    sampling = dict(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0, repeat_penalty=penalties.repeat_penalty,
+                    repeat_last_n=penalties.repeat_last_n, frequency_penalty=penalties.frequency_penalty,
+                    presence_penalty=penalties.presence_penalty)
+    params = SamplingParams(**sampling)
+    prompt = demo_session.chat_prompt([{"role": "user", "content": question}])
     # Computed as the engine does (the prompt's head in one batch, its last token alone), since batch
     # shapes round differently on the CPU backend with repacked weights.
     ctx = demo_session.target_ctx
     ctx.clear()
     ctx.decode(prompt[:-1], logits_for="none")
     ctx.decode(prompt[-1:], logits_for="last")
-    p = distribution(np.array(ctx.logits(-1)), SamplingParams(**sampling))
+    logits = np.array(ctx.logits(-1))
+    p = distribution(_penalise(logits, prompt, params), params)
     draft_ctx = demo_session.draft_ctx
     draft_ctx.clear()
     draft_ctx.decode(prompt[:-1], logits_for="none")
     draft_ctx.decode(prompt[-1:], logits_for="last")
-    q = distribution(np.array(draft_ctx.logits(-1)), SamplingParams(**sampling))
+    q = distribution(_penalise(np.array(draft_ctx.logits(-1)), prompt, params), params)
     ctx.clear()
     assert len(p.ids) > 1, "the prompt must leave the target more than one choice"
+    if params.penalized:
+        unpenalised = distribution(logits, SamplingParams(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0))
+        moved = sum(abs(p.prob(t) - unpenalised.prob(t)) for t in set(p.ids.tolist()) | set(unpenalised.ids.tolist()))
+        assert moved / 2 > 0.3, "the penalties hardly move this distribution: the test could not tell"
 
     n = 360
     counts: dict[int, int] = {}
@@ -202,20 +281,24 @@ def _race_margin(session, prompt: list[int], reply: tuple[int, ...], position: i
     near-tie may flip a seeded sample between K values."""
     ctx = session.target_ctx
     ctx.clear()
-    ctx.decode(list(prompt) + list(reply[:position]), logits_for="last")
-    p = distribution(np.array(ctx.logits(-1)), sampling)
+    context = list(prompt) + list(reply[:position])
+    ctx.decode(context, logits_for="last")
+    p = distribution(_penalise(np.array(ctx.logits(-1)), context, sampling), sampling)
     ctx.clear()
     assert sampling.seed is not None
     race = np.sort(p.probs / -np.log(SampleNoise(sampling.seed).uniforms(len(prompt) + position, p.ids)))
     return float(np.log(race[-1] / race[-2])) if race.size > 1 else float("inf")
 
 
-@pytest.mark.parametrize("item_id", ["json-record", "code-refactor"])
-def test_same_seed_same_reply_whatever_k_and_drafter(demo_session, plain_runs, item_id):
+@pytest.mark.parametrize("item_id,penalties", [
+    ("json-record", SamplingParams()), ("code-refactor", SamplingParams()), ("code-refactor", PENALTIES),
+], ids=["json-record", "code-refactor", "code-refactor-penalised"])
+def test_same_seed_same_reply_whatever_k_and_drafter(demo_session, plain_runs, item_id, penalties):
     """Coupled sampling: a seeded reply is plain decoding's seeded reply, whichever drafter proposed and
-    whatever K the governor picked (or parts from it only at a measured near-tie)."""
+    whatever K the governor picked (or parts from it only at a measured near-tie). With penalties, every
+    verify row must be penalised with its own context for this to hold."""
     prompt, _ = plain_runs[item_id]
-    sampling = SamplingParams(temperature=0.8, seed=1234)
+    sampling = replace(penalties, temperature=0.8, seed=1234)
     plain = run_once(demo_session, prompt, GenParams("none", 40, sampling=sampling))
     variants = {
         "draft K=6": GenParams("draft", 40, sampling=sampling, spec=SpecParams(draft_max=6, adaptive=False)),
