@@ -349,3 +349,17 @@ def test_closing_during_a_model_load_stops_the_load(qapp: Any, qtbot: Any, targe
         assert not window.worker._thread.isRunning()
         assert loaded == []  # the load was abandoned, not finished and then closed
         window.close()
+
+
+def test_the_prompt_box_has_the_focus_at_start(qapp: Any, qtbot: Any, tmp_path: Path) -> None:
+    """Typing right after the window appears goes into the prompt (xdotool under Xvfb found the
+    first keystrokes going to the toolbar's mode box)."""
+    from ui.shell.main_window import MainWindow
+
+    with gui_home(tmp_path):
+        window = MainWindow(Settings(), save_settings=False)
+        qtbot.addWidget(window)
+        window.show()
+        qtbot.waitExposed(window)
+        assert window.focusWidget() is window.prompt
+        window.close()

@@ -83,6 +83,7 @@ class MainWindow(QMainWindow):
         self._update_banner()
         if self.store.problems:
             self.errors.show_message("\n".join(self.store.problems), "warning")
+        self.prompt.setFocus()  # type at once: the toolbar's combo box took the first focus
 
     # --- layout --------------------------------------------------------------------------------------
 
