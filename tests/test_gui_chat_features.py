@@ -363,3 +363,22 @@ def test_the_prompt_box_has_the_focus_at_start(qapp: Any, qtbot: Any, tmp_path: 
         qtbot.waitExposed(window)
         assert window.focusWidget() is window.prompt
         window.close()
+
+
+def test_gui_sampling_flags_map_to_presets() -> None:
+    """`specchat gui --temp 0` is greedy again; value flags select the custom preset with them."""
+    from app.cli.main import build_parser
+    from ui.shell.app import settings_with_args
+    from ui.shell.entry import _register_gui
+
+    parser = build_parser([_register_gui])
+
+    def session(*flags: str) -> Settings:
+        return settings_with_args(Settings(), parser.parse_args(["gui", *flags]))
+
+    assert session().sampling == "recommended"
+    assert session("--temp", "0").sampling == "greedy"
+    assert session("--sampling", "greedy").sampling == "greedy"
+    custom = session("--temp", "0.5", "--repeat-penalty", "1.2")
+    assert (custom.sampling, custom.temperature, custom.repeat_penalty) == ("custom", 0.5, 1.2)
+    assert session("--sampling", "recommended", "--top-k", "10").sampling == "recommended"

@@ -49,14 +49,29 @@ def install_excepthook() -> None:
 def settings_with_args(settings: Settings, args: argparse.Namespace) -> Settings:
     """Command-line flags override the saved settings for this session only."""
     pairs = {
-        "mode": args.mode, "n_predict": args.n_predict, "temperature": args.temp, "top_k": args.top_k,
-        "top_p": args.top_p, "min_p": args.min_p, "seed": args.seed, "draft_max": args.draft_max,
+        "mode": args.mode, "n_predict": args.n_predict, "seed": args.seed, "draft_max": args.draft_max,
         "draft_min": args.draft_min, "draft_p_min": args.draft_p_min, "n_ctx": args.ctx_size,
         "n_threads": args.threads, "n_gpu_layers": args.n_gpu_layers,
         "n_gpu_layers_draft": args.n_gpu_layers_draft, "theme": args.theme,
         "system_prompt": getattr(args, "system", None),
     }
     change: dict[str, Any] = {k: v for k, v in pairs.items() if v is not None}
+    # Sampling: --sampling picks a preset; value flags alone edit the "custom" values and select
+    # them, except a bare --temp 0, which means greedy (no penalties: the exact, comparable choice).
+    values = {
+        "temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+        "repeat_penalty": getattr(args, "repeat_penalty", None), "repeat_last_n": getattr(args, "repeat_last_n", None),
+        "frequency_penalty": getattr(args, "frequency_penalty", None),
+        "presence_penalty": getattr(args, "presence_penalty", None),
+    }
+    given = {k: v for k, v in values.items() if v is not None}
+    change.update(given)
+    if getattr(args, "sampling", None):
+        change["sampling"] = args.sampling
+    elif given == {"temperature": 0.0}:
+        change["sampling"] = "greedy"
+    elif given:
+        change["sampling"] = "custom"
     if args.no_adapt:
         change["adaptive"] = False
     if args.no_flash_attn:
