@@ -382,3 +382,21 @@ def test_gui_sampling_flags_map_to_presets() -> None:
     custom = session("--temp", "0.5", "--repeat-penalty", "1.2")
     assert (custom.sampling, custom.temperature, custom.repeat_penalty) == ("custom", 0.5, 1.2)
     assert session("--sampling", "recommended", "--top-k", "10").sampling == "recommended"
+
+
+def test_settings_dialog_offers_the_sampling_presets_and_penalties(qapp: Any, qtbot: Any) -> None:
+    from PySide6.QtWidgets import QComboBox, QDoubleSpinBox
+
+    from ui.shell.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(Settings())
+    qtbot.addWidget(dialog)
+    preset, temp = dialog._fields["sampling"], dialog._fields["temperature"]
+    penalty = dialog._fields["repeat_penalty"]
+    assert isinstance(preset, QComboBox) and isinstance(penalty, QDoubleSpinBox)
+    assert preset.currentText() == "recommended" and not temp.isEnabled()  # values are the custom preset's
+    preset.setCurrentText("custom")
+    assert temp.isEnabled()
+    penalty.setValue(1.2)
+    dialog._fields["system_prompt"].setPlainText("Be brief.")  # type: ignore[attr-defined]
+    assert dialog.changes() == {"sampling": "custom", "repeat_penalty": 1.2, "system_prompt": "Be brief."}

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.settings import Settings
+from app.settings import SAMPLING_FIELDS, SAMPLING_PRESETS, Settings
 
 RUNTIME_FIELDS = ("n_ctx", "n_threads", "n_gpu_layers", "n_gpu_layers_draft", "flash_attn", "strict")
 
@@ -53,11 +53,16 @@ class SettingsDialog(QDialog):
         self._settings = settings
         self._fields: dict[str, QWidget] = {
             "n_predict": _int(1, 65536),
+            "sampling": QComboBox(),
             "temperature": _float(0.0, 2.0, 0.05),
             "top_k": _int(0, 1000, "off"),
             "top_p": _float(0.0, 1.0, 0.05),
             "min_p": _float(0.0, 1.0, 0.01),
             "seed": _int(-1, 2**31 - 1, "random"),
+            "repeat_penalty": _float(0.5, 2.0, 0.01),
+            "repeat_last_n": _int(0, 4096, "off"),
+            "frequency_penalty": _float(0.0, 2.0, 0.05),
+            "presence_penalty": _float(0.0, 2.0, 0.05),
             "draft_max": _int(1, 16),
             "draft_min": _int(0, 16),
             "draft_p_min": _float(0.0, 1.0, 0.05),
@@ -79,9 +84,19 @@ class SettingsDialog(QDialog):
         theme = self._fields["theme"]
         assert isinstance(theme, QComboBox)
         theme.addItems(["system", "light", "dark"])
+        preset = self._fields["sampling"]
+        assert isinstance(preset, QComboBox)
+        preset.addItems(list(SAMPLING_PRESETS))
+        preset.setToolTip("recommended: the target model's own sampling (its GGUF, else SpecChat's catalogue, else a "
+                          "chat default) · greedy: deterministic, exact token for token, no penalties · custom: the "
+                          "values below")
+        preset.currentTextChanged.connect(self._on_preset_changed)
         groups = (
-            ("Generation", (("Max tokens", "n_predict"), ("Temperature (0: greedy)", "temperature"),
-                            ("Top-k", "top_k"), ("Top-p", "top_p"), ("Min-p", "min_p"), ("Seed", "seed"))),
+            ("Generation", (("Max tokens", "n_predict"), ("Sampling", "sampling"), ("Temperature", "temperature"),
+                            ("Top-k", "top_k"), ("Top-p", "top_p"), ("Min-p", "min_p"),
+                            ("Repeat penalty", "repeat_penalty"), ("Penalty window", "repeat_last_n"),
+                            ("Frequency penalty", "frequency_penalty"), ("Presence penalty", "presence_penalty"),
+                            ("Seed", "seed"))),
             ("Speculation", (("Draft length K (max)", "draft_max"), ("Draft at least", "draft_min"),
                              ("Stop drafting below p", "draft_p_min"), ("Adaptive", "adaptive"))),
             ("Runtime (applies when models load)", (("Context", "n_ctx"), ("Threads", "n_threads"),
@@ -109,6 +124,13 @@ class SettingsDialog(QDialog):
         layout.addLayout(columns)
         layout.addWidget(buttons)
         self._load(settings)
+        self._on_preset_changed(settings.sampling)
+
+    def _on_preset_changed(self, preset: str) -> None:
+        """The values are the custom preset's: editable only when it is chosen."""
+        for key in SAMPLING_FIELDS:
+            if key in self._fields:
+                self._fields[key].setEnabled(preset == "custom")
 
     def _load(self, s: Settings) -> None:
         for key, widget in self._fields.items():
