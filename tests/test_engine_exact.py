@@ -118,16 +118,26 @@ def penalised_plain_runs(demo_session):
 def test_penalised_plain_decoding_matches_a_recount(demo_session, penalised_plain_runs):
     """Plain decoding with penalties is the argmax of logits penalised with counts recomputed from scratch at
     every position: the engine's incremental counts are right along a whole reply."""
-    prompt, plain = penalised_plain_runs["code-refactor"]
+    prompt, _ = penalised_plain_runs["code-refactor"]
     ctx = demo_session.target_ctx
+    # Both from an empty cache, so the prompt is processed in the same batches: with a cached prefix
+    # (whatever test ran before) the batches differ, and repacked kernels may then round a near-tie apart.
+    ctx.clear()
+    plain = run_once(demo_session, prompt, GenParams("none", N_PENALISED, sampling=PENALTIES))
     ctx.clear()
     ctx.decode(prompt[:-1], logits_for="none")
     sequence = list(prompt)
-    for _ in plain.tokens:
+    for position, expected in enumerate(plain.tokens):
         ctx.decode(sequence[-1:], logits_for="last")
-        sequence.append(int(np.argmax(_penalise(np.array(ctx.logits(-1)), sequence, PENALTIES))))
+        penalised = _penalise(np.array(ctx.logits(-1)), sequence, PENALTIES)
+        choice = int(np.argmax(penalised))
+        if choice != expected:  # only a near-tie may part them; a count error moves logits by ~0.5-5
+            second, first = np.sort(penalised)[-2:]
+            assert first - second < NEAR_TIE_MARGIN, f"parted at {position}, margin {first - second:.4f}"
+            break
+        sequence.append(choice)
     ctx.clear()
-    assert tuple(sequence[len(prompt):]) == plain.tokens
+    assert len(sequence) - len(prompt) >= N_PENALISED // 2, "parted too early to check the counts along a reply"
     unpenalised = run_once(demo_session, prompt, GenParams("none", N_PENALISED))
     assert unpenalised.tokens != plain.tokens, "the penalties changed nothing: the check would be empty"
 
