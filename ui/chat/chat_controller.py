@@ -73,7 +73,7 @@ class ChatController(QObject):
         if conv is None or self.busy():
             return
         self.conv = self.store.ensure_loaded(conv)  # the list holds stubs until a chat is opened
-        self.transcript.set_messages(conv.messages, conv.system_prompt(self.default_system))
+        self._show(conv)
         last = next((m for m in reversed(conv.messages) if m.role == "assistant"), None)
         self.stats.show_saved(stats_from_json(last.stats) if last else None)
         used = (last.stats or {}) if last else {}
@@ -153,7 +153,7 @@ class ChatController(QObject):
         if conv.messages[index].role != "assistant":
             return False
         self.store.truncate(conv, index)
-        self.transcript.set_messages(conv.messages, conv.system_prompt(self.default_system))
+        self._show(conv)
         return self._reply(runs, models)
 
     def edit_resend(self, index: int, text: str, runs: Sequence[tuple[str, GenParams]],
@@ -168,7 +168,7 @@ class ChatController(QObject):
         if keep_branch:
             self.store.fork(conv, title=f"{conv.title} (before edit)")
         self.store.truncate(conv, index)
-        self.transcript.set_messages(conv.messages, conv.system_prompt(self.default_system))
+        self._show(conv)
         return self.submit(text, runs, models)
 
     def continue_reply(self, runs: Sequence[tuple[str, GenParams]]) -> bool:
@@ -180,7 +180,7 @@ class ChatController(QObject):
         if reply.role != "assistant" or not reply.content:
             return False
         history = conv.chat_messages(self.default_system)  # ends on the reply: the engine continues it
-        self.transcript.set_messages(conv.messages[:-1], conv.system_prompt(self.default_system))
+        self._show(conv, conv.messages[:-1])
         return self._start(history, reply, runs, continuing=True)
 
     def drop_and_resend(self, runs: Sequence[tuple[str, GenParams]], models: dict[str, str | None] | None = None
@@ -206,7 +206,7 @@ class ChatController(QObject):
         fresh.messages = [Message.from_json(m.to_json()) for m in keep]
         self.store.save(fresh)
         self.conv = fresh
-        self.transcript.set_messages(fresh.messages, fresh.system_prompt(self.default_system))
+        self._show(fresh)
         return self._reply(runs, models)
 
     def delete_message(self, index: int) -> None:
@@ -214,8 +214,13 @@ class ChatController(QObject):
         if self.busy() or conv is None or not 0 <= index < len(conv.messages):
             return
         self.store.delete_message(conv, index)
-        self.transcript.set_messages(conv.messages, conv.system_prompt(self.default_system))
+        self._show(conv)
         self.conversationsChanged.emit()
+
+    def _show(self, conv: Conversation, messages: list[Message] | None = None) -> None:
+        """Put `conv` (or the given part of it) in the transcript, with the system prompt it uses."""
+        self.transcript.set_messages(conv.messages if messages is None else messages,
+                                     conv.system_prompt(self.default_system))
 
     def _reply(self, runs: Sequence[tuple[str, GenParams]], models: dict[str, str | None] | None) -> bool:
         assert self.conv is not None
@@ -299,7 +304,7 @@ class ChatController(QObject):
             conv.messages.pop()
             self.recorder = None
             self.store.save(conv)
-            self.transcript.set_messages(conv.messages, conv.system_prompt(self.default_system))
+            self._show(conv)
         self.errors.show_message(
             f"This conversation needs {needed:,} tokens, more than the {n_ctx:,}-token context holds with room "
             "for a reply. Your prompt is kept.", "warning", ("Leave out the oldest turns", "ctx-drop"),

@@ -119,7 +119,6 @@ class TranscriptView(QTextBrowser):
         self._job: _RenderJob | None = None
         self._rebuild: _Rebuild | None = None
         self._shown = SHOWN_MESSAGES
-        self._first = 0  # index of the first message in the document
         self._render_timer = QTimer(self)
         self._render_timer.setInterval(0)
         self._render_timer.timeout.connect(self._on_render_timer_timeout)
@@ -225,7 +224,6 @@ class TranscriptView(QTextBrowser):
         positions: dict[int, dict[int, int]] = {}
         self._rebuild = _Rebuild(doc, positions, self._build(QTextCursor(doc), first, positions),
                                  self._at_bottom() if to_bottom is None else to_bottom)
-        self._first = first
         self._on_render_timer_timeout()  # a short chat is done in this first slice
         if self._rebuild is not None:
             if self._reply_msg >= 0:
