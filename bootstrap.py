@@ -9,6 +9,7 @@ step is idempotent. Uses only the standard library, so it runs on a bare Python 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -37,13 +38,72 @@ def ensure_venv() -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
 
 
+LLAMA_CMAKE_ARGS = "-DLLAVA_BUILD=OFF -DGGML_RPC=ON"
+
+
+def llama_pin() -> str:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    start = text.index('"llama-cpp-python==') + len('"llama-cpp-python==')
+    return text[start : text.index('"', start)]
+
+
+def cmake_args() -> str:
+    """The user's CMAKE_ARGS (a GPU build, see README) or ours; RPC is always in (`specchat rpc-server`, `--rpc`).
+
+    The multimodal part of llama.cpp is not used; skipping it saves build time.
+    """
+    args = os.environ.get("CMAKE_ARGS", "").strip() or LLAMA_CMAKE_ARGS
+    if "GGML_RPC" not in args:
+        args += " -DGGML_RPC=ON"
+    return args
+
+
+def llama_wheel_dir(args: str) -> Path:
+    """Where our build of llama-cpp-python for these CMAKE_ARGS is kept.
+
+    pip's own wheel cache keys on the version only, so a wheel built with other CMAKE_ARGS (without
+    RPC, or for another GPU backend) would be reused silently; this folder keys on both.
+    """
+    key = hashlib.sha256(f"{llama_pin()}\n{args}".encode()).hexdigest()[:16]
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "specchat" / "llama-wheels" / key
+
+
+def installed_llama_matches(args: str) -> bool:
+    """The venv's llama-cpp-python is the pinned version, built with the CMAKE_ARGS asked for."""
+    stamp = VENV / "llama-cmake-args.txt"
+    probe = (
+        "import importlib.metadata as m, llama_cpp, sys; "
+        f"sys.exit(0 if m.version('llama-cpp-python') == {llama_pin()!r} "
+        "and llama_cpp.llama_supports_rpc() else 1)"
+    )
+    if not stamp.exists() or stamp.read_text(encoding="utf-8") != args:
+        return False
+    return subprocess.run([str(PY), "-c", probe], cwd=ROOT, capture_output=True).returncode == 0
+
+
+def install_llama(env: dict[str, str]) -> None:
+    args = cmake_args()
+    if installed_llama_matches(args):
+        return
+    wheels = llama_wheel_dir(args)
+    found = sorted(wheels.glob("llama_cpp_python-*.whl"))
+    if not found:
+        step(f"building llama-cpp-python {llama_pin()} with CMAKE_ARGS={args!r} (~15 min on 2 cores, once)")
+        wheels.mkdir(parents=True, exist_ok=True)
+        run(PY, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-cache-dir", "-w", wheels,
+            f"llama-cpp-python=={llama_pin()}", env={**env, "CMAKE_ARGS": args})
+        found = sorted(wheels.glob("llama_cpp_python-*.whl"))
+    step(f"installing llama-cpp-python from {found[-1]}")
+    run(PY, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps", found[-1], env=env)
+    (VENV / "llama-cmake-args.txt").write_text(args, encoding="utf-8")
+
+
 def install(extras: str) -> None:
     env = dict(os.environ)
-    # The multimodal part of llama.cpp is not used; skipping it saves build time. A GPU build sets
-    # its own CMAKE_ARGS (see README), which we keep.
-    env.setdefault("CMAKE_ARGS", "-DLLAVA_BUILD=OFF")
     step(f"installing SpecChat{extras} and its dependencies (the first llama-cpp-python build takes ~15 min)")
     run(PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip", env=env)
+    install_llama(env)
     run(PY, "-m", "pip", "install", "--quiet", "-e", f".{extras}", env=env)
 
 

@@ -66,6 +66,8 @@ class Settings:
     # docs/BENCHMARKS.md. Off by
     # default: llama.cpp repacks, and so do we. (The old `repack` key lands in `extra`, ignored.)
     strict: bool = False
+    # llama.cpp RPC servers whose devices the target may use ("HOST:PORT,HOST:PORT"; "" for none)
+    rpc: str = ""
     # Chat: the system prompt of chats that have none of their own ("" for none)
     system_prompt: str = ""
     # Appearance
@@ -99,7 +101,8 @@ class Settings:
 
     def pair_config(self, target: Path, draft: Path | None) -> PairConfig:
         return PairConfig(target, draft, self.n_gpu_layers, self.n_gpu_layers_draft, self.n_ctx,
-                          n_threads=self.n_threads, flash_attn=self.flash_attn, repack=not self.strict)
+                          n_threads=self.n_threads, flash_attn=self.flash_attn, repack=not self.strict,
+                          rpc=tuple(e.strip() for e in self.rpc.split(",") if e.strip()))
 
 
 class SettingsError(ValueError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 from dataclasses import asdict
@@ -43,6 +44,22 @@ def describe_sampling(sampling: SamplingParams) -> str:
     return "; ".join(parts)
 
 
+def _exit_on_rpc_drop() -> None:
+    """A server that stops answering mid-reply: what was printed stays, the error names the server.
+
+    ggml's RPC client cannot recover from a lost connection (the call that was waiting never
+    returns), so the command ends here, with the bad-input exit status, instead of aborting.
+    """
+    from app.llama_backend import rpc
+
+    def _drop(error: Exception) -> None:
+        sys.stdout.flush()
+        print(f"\nspecchat: error: {error}", file=sys.stderr, flush=True)
+        os._exit(3)
+
+    rpc.on_drop(_drop)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     settings, warning = settings_mod.load()
     if warning:
@@ -69,7 +86,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     steps: list[dict[str, object]] = []
     finish: FinishEvent | None = None
+    if cfg.rpc:
+        _exit_on_rpc_drop()
     with SpecSession(cfg) as session:
+        devices = session.device_layers() if args.json else []
         prompt = (session.target_model.tokenize(args.prompt) if args.raw
                   else session.chat_prompt([{"role": "user", "content": args.prompt}]))
         try:
@@ -88,6 +108,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         data = stats_json(finish)
         data["sampling"] = sampling_info
         data["steps"] = steps
+        data["devices"] = devices
         print(json.dumps(data))
     else:
         legend = renderer.legend()

@@ -35,6 +35,8 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
     from app.cli import chats as cli_chats
     from app.cli import hub as cli_hub
     from app.cli import models as cli_models
+    from app.cli import rpc_proxy as cli_rpc_proxy
+    from app.cli import rpc_server as cli_rpc_server
 
     parser = argparse.ArgumentParser(prog="specchat", description="Speculative decoding made visible.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
@@ -80,6 +82,8 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
 
     cli_models.register(sub, models_hooks=(cli_hub.register_models_hooks,))
     cli_chats.register(sub)
+    cli_rpc_server.register(sub)
+    cli_rpc_proxy.register(sub)
     try:
         from app.cli import memory as cli_memory
     except ImportError:  # pragma: no cover - lands with the memory meter

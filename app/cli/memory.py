@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from app.memory import (
@@ -84,6 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="GPU builds: keep SpecChat's modelled compute buffers instead of llama.cpp's own dry run "
         "(the dry run is exact, allocates nothing and takes about 0.3 s per model)",
     )
+    mem.add_argument("--rpc", metavar="HOST:PORT[,HOST:PORT...]", default="",
+                     help="llama.cpp RPC servers whose devices join this machine's for the target (the draft "
+                     "stays here); each is a device with its own memory budget")
     mem.add_argument("--json", action="store_true", help="print one JSON object")
     mem.set_defaults(func=_cmd_memory)
 
@@ -166,13 +170,18 @@ def _llama_version() -> str:
 
 def _cmd_memory(args: argparse.Namespace) -> int:
     from app.engine import memory_plan
+    from app.engine.pair_config import PairConfig
     from app.llama_backend import devices as llama_devices
+    from app.llama_backend import rpc
 
     try:
         target = read_gguf(args.model)
         draft = read_gguf(args.model_draft) if args.model_draft else None
-        devices = llama_devices.list_devices()
-        build = llama_devices.build_spec(devices)
+        placing = PairConfig(Path(args.model), rpc=rpc.parse_endpoints(args.rpc))
+        build, devices = memory_plan.build_for(placing)  # connects to the RPC servers first
+        target_devs, draft_devs = memory_plan.model_devices(placing)
+        draft_build = build if draft_devs is None else replace(
+            build, gpus=tuple(g for g in build.gpus if g.name in draft_devs))
         device_budgets = budgets(devices)
         margin = int(args.margin * GiB)
         common = ModelSettings(
@@ -183,15 +192,19 @@ def _cmd_memory(args: argparse.Namespace) -> int:
             n_batch=args.batch_size,
             n_ubatch=args.ubatch_size,
         )
-        ts = replace(common, n_gpu_layers=args.n_gpu_layers, n_outputs=max(args.draft_max, 0) + 1)
-        ds = replace(common, n_gpu_layers=args.n_gpu_layers_draft, n_ctx=args.ctx_size_draft or args.ctx_size)
+        ts = replace(common, n_gpu_layers=args.n_gpu_layers, n_outputs=max(args.draft_max, 0) + 1,
+                     devices=target_devs)
+        ds = replace(common, n_gpu_layers=args.n_gpu_layers_draft, n_ctx=args.ctx_size_draft or args.ctx_size,
+                     devices=draft_devs)
         source = None if args.model_compute else memory_plan.compute_source(build)
         fit = None
         if args.fit:
-            fit = fit_pair(target, draft, ts, ds, build, device_budgets, margin, compute_source=source)
+            fit = fit_pair(target, draft, ts, ds, build, device_budgets, margin, compute_source=source,
+                           draft_build=draft_build)
             pair = fit.prediction
         else:
-            pair = predict_pair(target, draft, ts, ds, build, device_budgets, margin, compute_source=source)
+            pair = predict_pair(target, draft, ts, ds, build, device_budgets, margin, compute_source=source,
+                                draft_build=draft_build)
         measured: dict[str, list[Any]] = {}
         if args.measure:
             for model, info in ((pair.target, target), (pair.draft, draft)):
@@ -199,7 +212,7 @@ def _cmd_memory(args: argparse.Namespace) -> int:
                     measured[model.role] = _measure(
                         llama_devices, model, info, ts if model.role == "target" else ds
                     )
-    except (GGUFError, PredictionError, llama_devices.MeasureError, OSError) as e:
+    except (GGUFError, PredictionError, llama_devices.MeasureError, OSError, rpc.RpcError) as e:
         print(f"specchat memory: {e}", file=sys.stderr)
         return 2
     data = _to_json(pair, build.has_gpu, margin, fit, measured)
@@ -250,6 +263,12 @@ def _model_json(m: ModelPrediction, measured: list[Any]) -> dict[str, Any]:
     }
 
 
+def _endpoint(device: str) -> str | None:
+    from app.llama_backend import rpc
+
+    return rpc.endpoint_of(device)
+
+
 def _to_json(
     pair: PairPrediction, has_gpu: bool, margin: int, fit: Any, measured: dict[str, list[Any]]
 ) -> dict:
@@ -270,6 +289,7 @@ def _to_json(
             {
                 "device": u.device,
                 "kind": u.kind,
+                "rpc_endpoint": _endpoint(u.device),
                 "predicted_bytes": u.predicted_bytes,
                 "free_bytes": u.free_bytes,
                 "total_bytes": u.total_bytes,

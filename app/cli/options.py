@@ -36,6 +36,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--repack", action="store_true", help="repack CPU weights (llama.cpp's default and ours; "
                    "kept for scripts): faster, but verify batches round differently from one-token steps, so "
                    "greedy output may part from plain decoding at a near-tie")
+    g.add_argument("--rpc", metavar="HOST:PORT[,HOST:PORT...]", default=None,
+                   help="llama.cpp RPC servers (`specchat rpc-server` on those machines): their devices join "
+                   "this machine's for the target's layers (-ngl, the auto-fit and the memory meter count "
+                   "each one with its own memory); the draft stays here. \"\" turns saved servers off")
     g.add_argument("--strict", action="store_true", help="no CPU repacking and K <= 6, so verify batches use "
                    "the one-token kernels: slower, for exactness checks")
 
@@ -108,7 +112,21 @@ def pair_config(args: argparse.Namespace, settings: settings_mod.Settings, targe
         flash_attn=cfg.flash_attn and not args.no_flash_attn,
         repack=(cfg.repack or args.repack) and not args.strict,
         force=args.force,
+        rpc=_rpc_endpoints(args, cfg.rpc),
     )
+
+
+def _rpc_endpoints(args: argparse.Namespace, saved: tuple[str, ...]) -> tuple[str, ...]:
+    """--rpc ("" turns the saved servers off), else the settings' servers; checked for HOST:PORT form."""
+    text = getattr(args, "rpc", None)
+    if text is None:
+        return saved
+    from app.llama_backend.rpc import RpcError, parse_endpoints
+
+    try:
+        return parse_endpoints(text)
+    except RpcError as exc:
+        raise UserError(str(exc)) from None
 
 
 # Sampling flag -> SamplingParams field.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.engine.pair_config import PairConfig
+from app.llama_backend import rpc
 from app.llama_backend.devices import build_spec, dry_run_compute, list_devices
 from app.memory import (
     DEFAULT_MARGIN,
@@ -36,9 +37,28 @@ def model_settings(cfg: PairConfig, role: str, draft_max: int = 6) -> ModelSetti
     )
 
 
+def model_devices(cfg: PairConfig) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """(target's, draft's) llama.cpp devices for ModelConfig.devices; None: llama.cpp's default.
+
+    With RPC servers, the target gets their devices first (llama.cpp's own order: it puts RPC devices
+    at the front to keep network transfers few) and then the local GPUs; the draft only the local GPUs.
+    """
+    if not cfg.rpc and not rpc.connected():
+        return None, None
+    remote = [d.name for d in rpc.connect(cfg.rpc)]
+    local = [d.name for d in list_devices() if d.type in ("gpu", "igpu") and not rpc.is_rpc_device(d.name)]
+    return tuple(remote + local), tuple(local)
+
+
 def build_for(cfg: PairConfig) -> tuple[BuildSpec, list]:
+    """The target's build (its devices in llama.cpp's order) and every device's budget."""
+    target_devs, _ = model_devices(cfg)  # connects to the RPC servers first, so their devices are listed
     devices = list_devices()
     build = build_spec(devices)
+    if target_devs is not None:
+        by_name = {g.name: g for g in build.gpus}
+        build = replace(build, gpus=tuple(by_name[n] for n in target_devs if n in by_name))
+        devices = [d for d in devices if not rpc.is_rpc_device(d.name) or d.name in target_devs]
     if not cfg.repack:
         build = replace(build, repack_types=frozenset())  # SpecSession loads without CPU repacking
     return build, devices
@@ -46,11 +66,16 @@ def build_for(cfg: PairConfig) -> tuple[BuildSpec, list]:
 
 def predict_for_config(cfg: PairConfig, draft_max: int = 6, margin: int = DEFAULT_MARGIN) -> PairPrediction:
     build, devices = build_for(cfg)
+    _, draft_devs = model_devices(cfg)
+    draft_build = build if draft_devs is None else replace(
+        build, gpus=tuple(g for g in build.gpus if g.name in draft_devs))
     target = read_gguf(cfg.target)
     draft = read_gguf(cfg.draft) if cfg.draft else None
-    return predict_pair(target, draft, model_settings(cfg, "target", draft_max),
-                        model_settings(cfg, "draft", draft_max) if draft else None, build, budgets(devices), margin,
-                        compute_source=compute_source(build))
+    target_devs, _ = model_devices(cfg)
+    t_settings = replace(model_settings(cfg, "target", draft_max), devices=target_devs)
+    d_settings = replace(model_settings(cfg, "draft", draft_max), devices=draft_devs)
+    return predict_pair(target, draft, t_settings, d_settings if draft else None, build, budgets(devices), margin,
+                        compute_source=compute_source(build), draft_build=draft_build)
 
 
 def compute_source(build: BuildSpec) -> ComputeSource | None:

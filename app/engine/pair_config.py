@@ -22,3 +22,6 @@ class PairConfig:
     type_v: str = "f16"
     repack: bool = True  # see ModelConfig.repack: llama.cpp's default; off (strict) keeps verify batches bit-exact
     force: bool = False  # load even when the memory prediction says the pair will not fit
+    # llama.cpp RPC servers ("HOST:PORT") whose devices join the local ones for the target; the draft
+    # stays on this machine (its steps are many and small: a network round trip each would eat the gain).
+    rpc: tuple[str, ...] = ()

@@ -4,6 +4,7 @@ tests hold. Create, use and close it on one thread (the one that owns the llama 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,7 +22,7 @@ from app.engine.drafters import (
     auto_mode,
 )
 from app.engine.events import Event
-from app.engine.memory_plan import check_fits
+from app.engine.memory_plan import check_fits, model_devices, predict_for_config
 from app.engine.pair_config import PairConfig
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import SpecEngine, SpecParams
@@ -31,6 +32,7 @@ from app.llama_backend import (
     LlamaError,
     LlamaModel,
     ModelConfig,
+    rpc,
     supports_gpu_offload,
 )
 from app.models import chat_template
@@ -65,7 +67,9 @@ class SpecSession:
         if not config.force:
             self.prediction = check_fits(config)  # both models counted, before any weights load
         report = progress or (lambda _label, _fraction: None)
-        self.target_model = LlamaModel(ModelConfig(config.target, config.n_gpu_layers, repack=config.repack),
+        target_devs, draft_devs = model_devices(config)  # RPC servers joined (and checked) here
+        self.target_model = LlamaModel(ModelConfig(config.target, config.n_gpu_layers, repack=config.repack,
+                                                   devices=target_devs),
                                        progress=lambda f: report("target", f) is not False)
         ctx_cfg = ContextConfig(n_ctx=config.n_ctx, n_batch=config.n_batch, n_ubatch=config.n_batch,
                                 n_threads=config.n_threads, flash_attn=config.flash_attn,
@@ -74,7 +78,8 @@ class SpecSession:
         self.draft_model: LlamaModel | None = None
         self.draft_ctx: LlamaContext | None = None
         if config.draft is not None:
-            self.draft_model = LlamaModel(ModelConfig(config.draft, config.n_gpu_layers_draft, repack=config.repack),
+            self.draft_model = LlamaModel(ModelConfig(config.draft, config.n_gpu_layers_draft, repack=config.repack,
+                                                      devices=draft_devs),
                                           progress=lambda f: report("draft", f) is not False)
             self.draft_ctx = LlamaContext(self.draft_model, replace(ctx_cfg, n_ctx=config.n_ctx_draft or config.n_ctx))
         self._engines: dict[str, SpecEngine] = {}
@@ -113,6 +118,23 @@ class SpecSession:
         if isinstance(model_drafter, ModelDrafter):
             model_drafter.p_min, model_drafter.draft_min = spec.p_min, spec.draft_min
         return engine
+
+    def device_layers(self) -> list[dict[str, Any]]:
+        """Where each model's layers went: [{model, name, kind, layers, endpoint?}] (llama.cpp counts the
+        output layer as one more), from the prediction of exactly what was loaded."""
+        pred = getattr(self, "prediction", None) or predict_for_config(self.config)
+        out: list[dict[str, Any]] = []
+        for m in (pred.target, pred.draft):
+            if m is None:
+                continue
+            counts = Counter(m.placement.layer_device)
+            counts[m.placement.output_device] += 1
+            for name, layers in counts.items():
+                endpoint = rpc.endpoint_of(name)
+                kind = "rpc" if endpoint else "cpu" if name == "CPU" else "gpu"
+                out.append({"model": m.role, "name": name, "kind": kind, "layers": layers,
+                            **({"endpoint": endpoint} if endpoint else {})})
+        return out
 
     def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
         """Ending on an assistant message means "continue this reply" (one cut by the token limit)."""

@@ -91,6 +91,9 @@ class ModelConfig:
     # and reported with its margin). Off ("strict"), batches of up to 7 rows use the same kernels as
     # one-token decoding on the CPU backend.
     repack: bool = True
+    # The llama.cpp devices (by name) this model's offloaded layers may use; None: llama.cpp's default,
+    # every GPU device of the process, RPC servers' included. The draft gets the local ones only.
+    devices: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,20 @@ class ContextConfig:
 _GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 
 
+def device_array(names: Sequence[str]) -> ctypes.Array[ctypes.c_void_p]:
+    import llama_cpp._ggml as _ggml
+
+    lib = _ggml.libggml
+    lib.ggml_backend_dev_by_name.argtypes, lib.ggml_backend_dev_by_name.restype = [ctypes.c_char_p], ctypes.c_void_p
+    handles = []
+    for name in names:
+        dev = lib.ggml_backend_dev_by_name(name.encode())
+        if not dev:
+            raise LlamaError(f"llama.cpp has no device {name!r} in this process (an RPC server not connected?)")
+        handles.append(dev)
+    return (ctypes.c_void_p * (len(handles) + 1))(*handles, None)
+
+
 def default_threads() -> int:
     import psutil
 
@@ -127,6 +144,9 @@ class LlamaModel:
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 999
         params.use_extra_bufts = config.repack
+        if config.devices is not None:
+            self._devices = device_array(config.devices)  # NULL-terminated; kept alive with the model
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         if not config.use_mmap:
             params.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
         # Keep the ctypes callback alive for the duration of the load.

@@ -24,7 +24,7 @@ from typing import Literal
 import llama_cpp
 import llama_cpp._ggml as _ggml
 
-from app.llama_backend.core import add_log_sink, ensure_backend, remove_log_sink
+from app.llama_backend.core import add_log_sink, device_array, ensure_backend, remove_log_sink
 from app.memory.predict import REPACK_ARM_I8MM, REPACK_X86, Buffer, BuildSpec, GpuSpec, ModelSettings
 
 DeviceType = Literal["cpu", "gpu", "igpu", "accel", "meta"]
@@ -287,7 +287,7 @@ _BUFFER_LINE = re.compile(
 
 
 def _device_of(buffer_name: str) -> str:
-    name = buffer_name.removesuffix("_Mapped").removesuffix("_REPACK")
+    name = buffer_name.removesuffix("_Mapped").removesuffix("_REPACK").split("[", 1)[0]  # RPC0[host:port]
     if name.upper().startswith("CPU") or name.endswith("_Host"):
         return "CPU"
     return name
@@ -379,6 +379,9 @@ def _load_and_free(
     with capture_llama_logs() as lines:
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = s.n_gpu_layers if s.n_gpu_layers >= 0 else 999
+        if s.devices is not None:
+            device_list = device_array(s.devices)  # alive until the model is freed below
+            mparams.devices = ctypes.cast(device_list, ctypes.c_void_p)
         if dry_run:
             mparams.no_alloc = True  # metadata only; every allocation is simulated
             mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE  # no_alloc maps nothing (mmap aborts)

@@ -130,10 +130,12 @@ def predict_pair(
     device_budgets: Sequence[DeviceBudget],
     margin: int = DEFAULT_MARGIN,
     compute_source: ComputeSource | None = None,
+    draft_build: BuildSpec | None = None,  # the draft's devices, where they differ (RPC: local only)
 ) -> PairPrediction:
     tp = predict_model(target, target_settings, build, "target")
     dp = (
-        predict_model(draft, draft_settings or target_settings, build, "draft") if draft is not None else None
+        predict_model(draft, draft_settings or target_settings, draft_build or build, "draft")
+        if draft is not None else None
     )
     if compute_source is not None:
         tp = _with_compute(tp, compute_source(target, target_settings))
@@ -196,6 +198,7 @@ def fit_pair(
     margin: int = DEFAULT_MARGIN,
     min_ctx: int = MIN_FIT_CTX,
     compute_source: ComputeSource | None = None,
+    draft_build: BuildSpec | None = None,
 ) -> FitResult:
     """Choose -ngl for both models and, only if needed, a smaller context, so the pair fits with `margin`.
 
@@ -214,7 +217,7 @@ def fit_pair(
         ds = replace(
             dsettings, n_ctx=min(dsettings.n_ctx or ctx, ctx), n_gpu_layers=d_ngl, op_offload=op_offload
         )
-        return predict_pair(target, draft, ts, ds, build, device_budgets, margin)
+        return predict_pair(target, draft, ts, ds, build, device_budgets, margin, draft_build=draft_build)
 
     def fits(p: PairPrediction) -> bool:
         return all(u.overshoot_bytes == 0 for u in p.uses)
@@ -229,7 +232,8 @@ def fit_pair(
             dsettings, n_ctx=min(dsettings.n_ctx or ctx, ctx), n_gpu_layers=d_ngl, op_offload=op_offload
         )
         real = predict_pair(
-            target, draft, ts, ds if draft else None, build, device_budgets, margin, compute_source
+            target, draft, ts, ds if draft else None, build, device_budgets, margin, compute_source,
+            draft_build=draft_build,
         )
         return real if fits(real) else None
 

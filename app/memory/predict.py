@@ -102,6 +102,7 @@ class ModelSettings:
     use_mmap: bool = True
     offload_kqv: bool = True
     op_offload: bool = True  # GPU builds: large batches of CPU-resident matrices run on the GPU
+    devices: tuple[str, ...] | None = None  # the devices llama.cpp may offload to (None: every GPU device)
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,8 @@ class _Runner(QObject):
     @Slot(object, object)
     def load(self, config: PairConfig, cancel: threading.Event) -> None:
         self._close_session()
+        if config.rpc:
+            _watch_rpc(self._put)
         t0 = time.perf_counter()
         last = ["", -1.0]
 
@@ -212,6 +214,7 @@ class GenerationWorker(QObject):
     contextUsed = Signal(int, int)  # tokens of the templated history before the reply, n_ctx
     contextOverflow = Signal(int, int)  # the history needs this many tokens, more than n_ctx allows: nothing ran
     contextTrimmed = Signal(int, int, int)  # turns left out, tokens sent, n_ctx
+    rpcLost = Signal(str)  # an RPC server stopped answering: the reply so far stays, the session is gone
 
     _loadRequested = Signal(object, object)
     _runRequested = Signal(object, object)
@@ -238,23 +241,35 @@ class GenerationWorker(QObject):
         self._busy = False
         self._loading = False
         self._closed = False
+        self.rpc_lost = False  # a server dropped: the session is gone until the app restarts
         self._thread.start()
 
     # --- requests -------------------------------------------------------------------------------
 
     def load(self, config: PairConfig) -> None:
+        if self._refuse_after_rpc_loss():
+            return
         self._loading = True
         self._load_cancel = threading.Event()
         self._loadRequested.emit(config, self._load_cancel)
 
     def start(self, messages: Sequence[dict[str, str]], runs: Sequence[tuple[str, GenParams]],
               overflow: str = "ask") -> None:
+        if self._refuse_after_rpc_loss():
+            self.jobDone.emit(False)
+            return
         self._cancel = threading.Event()
         self._busy = True
         self._runRequested.emit(Job(tuple(messages), tuple(runs), overflow), self._cancel)
 
     def stop(self) -> None:
         self._cancel.set()
+
+    def _refuse_after_rpc_loss(self) -> bool:
+        if self.rpc_lost:
+            self.error.emit("An RPC server stopped answering, and llama.cpp cannot recover that connection: "
+                            "restart SpecChat (your chats are saved) to load models again.")
+        return self.rpc_lost
 
     def is_generating(self) -> bool:
         return self._busy
@@ -267,6 +282,11 @@ class GenerationWorker(QObject):
         if self._closed:
             return True
         self._closed = True
+        if self.rpc_lost:
+            # The engine thread waits forever on a lost RPC server (ggml cannot unblock it): deliver
+            # what came, and let the process end without joining it (ui.shell.app exits hard).
+            self._drain()
+            return False
         self._cancel.set()  # a reply ends within one step, prompt processing within one batch
         self._load_cancel.set()  # a load stops at its next progress report
         self._closeRequested.emit()
@@ -338,6 +358,36 @@ class GenerationWorker(QObject):
         elif kind == "done":
             self._busy = False
             self.jobDone.emit(bool(payload))
+        elif kind == "rpclost":
+            self.rpc_lost = True
+            busy, self._busy, self._loading = self._busy, False, False
+            self.error.emit(payload)
+            if busy:
+                self.jobDone.emit(False)  # the reply so far is kept and saved as ended by this error
+            self.rpcLost.emit(payload)
+
+
+_rpc_watched = False
+
+
+def _watch_rpc(put: Any) -> None:
+    """Turn a lost RPC server into a message instead of ggml's process abort (once per process).
+
+    ggml's handler runs on its connection thread; the engine thread is blocked in llama_decode on a
+    reply that will never come. The handler reports, then parks its own thread so that ggml never
+    reaches abort(): the window stays, the reply so far is saved, and the user can restart.
+    """
+    global _rpc_watched
+    if _rpc_watched:
+        return
+    from app.llama_backend import rpc
+
+    def _lost(error: Exception) -> None:
+        put("rpclost", "", str(error))
+        threading.Event().wait()  # never returns: see above
+
+    rpc.on_drop(_lost)
+    _rpc_watched = True
 
 
 def _describe(exc: BaseException) -> str:

@@ -10,6 +10,7 @@ each become one line in the dialog naming the file and the problem.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -45,6 +46,8 @@ from ui.picker.model_list import LOOKUP, ModelList
 from ui.picker.pair_settings import PairSettings
 from ui.picker.recommended_pairs import RecommendedPairs
 
+log = logging.getLogger(__name__)
+
 _SEVERITY = {"blocks": ("#b42318", "Blocks"), "warns": ("#9a6700", "Warning"), "informs": ("#475467", "Note")}
 
 
@@ -65,15 +68,22 @@ class PickerChoice:
                        n_ctx=self.n_ctx)  # fmt: skip
 
 
-def detect_devices() -> tuple[BuildSpec, list[DeviceBudget]]:
-    """llama.cpp's devices and build, or a CPU-only build budgeting system RAM if they cannot be read."""
+def detect_devices(rpc: str = "") -> tuple[BuildSpec, list[DeviceBudget], BuildSpec | None]:
+    """llama.cpp's devices and build (the target's, with the settings' RPC servers' devices first, and
+    the draft's where it differs), or a CPU-only build budgeting system RAM if they cannot be read."""
     try:
-        from app.llama_backend import devices as llama_devices
+        from app.engine import memory_plan
+        from app.engine.pair_config import PairConfig
 
-        devices = llama_devices.list_devices()
-        return llama_devices.build_spec(devices), budgets(devices)
-    except Exception:  # no llama_cpp, no backend: the meter still works against RAM
-        return BuildSpec(), budgets()
+        servers = tuple(e.strip() for e in rpc.split(",") if e.strip())
+        placing = PairConfig(Path("unused.gguf"), rpc=servers)
+        build, devices = memory_plan.build_for(placing)
+        _, local = memory_plan.model_devices(placing)
+        draft = None if local is None else replace(build, gpus=tuple(g for g in build.gpus if g.name in local))
+        return build, budgets(devices), draft
+    except Exception:  # no llama_cpp, no backend, an RPC server down: the meter still works against RAM
+        log.info("devices could not be read", exc_info=True)
+        return BuildSpec(), budgets(), None
 
 
 class ModelPickerDialog(QDialog):
@@ -109,14 +119,16 @@ class ModelPickerDialog(QDialog):
         self._entries: dict[str, LibraryEntry] = {}
         self._reports: dict[tuple[str, str], PairReport] = {}
         self._choice: PickerChoice | None = None
+        draft_build = None
         if build is None or device_budgets is None:
-            build, device_budgets = detect_devices()
+            build, device_budgets, draft_build = detect_devices(self._settings.rpc)
         if self._settings.strict:  # strict loads without CPU repacking (as the worker does)
             build = replace(build, repack_types=frozenset())
+            draft_build = draft_build and replace(draft_build, repack_types=frozenset())
 
         self.targets = ModelList("target")
         self.drafts = ModelList("draft")
-        self.pair_settings = PairSettings(build, device_budgets)
+        self.pair_settings = PairSettings(build, device_budgets, draft_build=draft_build)
         self.findings = QLabel()
         self.findings.setWordWrap(True)
         self.findings.setTextFormat(Qt.TextFormat.RichText)

@@ -29,6 +29,7 @@ class ModelsController(QObject):
         super().__init__(parent)
         self.worker, self.label, self.progress = worker, label, progress
         self.meter, self.meter_box, self.errors = meter, meter_box, errors
+        self._extra: dict[str, MemoryMeter] = {}  # bars for the devices after the first (device -> bar)
         self.loaded: LoadInfo | None = None
         self.pair: tuple[Path, Path | None] | None = None
         self.incompatible: str | None = None
@@ -87,6 +88,8 @@ class ModelsController(QObject):
             buffers = [b for role in info.measured.values() for b in role]
             device = self._prediction.primary.device
             self.meter.set_measured(measured_segments(buffers, device, info.process_gpu.get(device)))
+            for name, meter in self._extra.items():
+                meter.set_measured(measured_segments(buffers, name, info.process_gpu.get(name)))
         self.modelsLoaded.emit(info)
 
     @Slot(str, str)
@@ -101,6 +104,17 @@ class ModelsController(QObject):
     def _on_worker_memoryPredicted(self, prediction: Any) -> None:
         self._prediction = prediction
         self.meter_box.setVisible(prediction is not None)
+        for meter in self._extra.values():
+            meter.deleteLater()
+        self._extra = {}
         if prediction is not None:
             self.meter.set_prediction(prediction)
             self.meter.set_measured(None)
+            # A pair spread over several devices (GPUs, RPC servers' devices, RAM): one bar for each.
+            layout = self.meter_box.layout()
+            for use in prediction.uses:
+                if use.device != prediction.primary.device and use.predicted_bytes > 0 and layout is not None:
+                    meter = MemoryMeter(compact=True)
+                    meter.set_prediction(prediction, use.device)
+                    layout.addWidget(meter)
+                    self._extra[use.device] = meter

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from app.memory import (
     BuildSpec,
     DeviceBudget,
+    GiB,
     ModelSettings,
     PairPrediction,
     PredictionError,
@@ -30,7 +31,7 @@ from app.memory import (
     predict_pair,
 )
 from app.models.gguf_meta import GGUFInfo
-from ui.stats.memory_meter import MemoryMeter
+from ui.stats.memory_meter import MemoryMeter, device_label
 
 CONTEXT_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
@@ -40,9 +41,11 @@ class PairSettings(QWidget):
 
     changed = Signal()
 
-    def __init__(self, build: BuildSpec, budgets: list[DeviceBudget], parent: QWidget | None = None) -> None:
+    def __init__(self, build: BuildSpec, budgets: list[DeviceBudget], parent: QWidget | None = None,
+                 draft_build: BuildSpec | None = None) -> None:
         super().__init__(parent)
         self._build, self._budgets = build, budgets
+        self._draft_build = draft_build  # the draft's devices where they differ (RPC servers: local only)
         self._target: GGUFInfo | None = None
         self._draft: GGUFInfo | None = None
         self._want = (-1, -1, 4096)  # what the user asked for, kept while no model can take it
@@ -129,7 +132,8 @@ class PairSettings(QWidget):
             return
         ts, ds = self._settings()
         try:
-            fit = fit_pair(self._target, self._draft, ts, ds, self._build, self._budgets)
+            fit = fit_pair(self._target, self._draft, ts, ds, self._build, self._budgets,
+                           draft_build=self._draft_build)
         except PredictionError as e:
             self.note.setText(f"Cannot fit: {e}")
             return
@@ -200,14 +204,21 @@ class PairSettings(QWidget):
         if self._target is not None:
             ts, ds = self._settings()
             try:
-                self.prediction = predict_pair(self._target, self._draft, ts, ds, self._build, self._budgets)
+                self.prediction = predict_pair(self._target, self._draft, ts, ds, self._build, self._budgets,
+                                               draft_build=self._draft_build)
             except PredictionError as e:
                 self.note.setText(f"Cannot predict the memory: {e}")
             else:
                 self.meter.set_prediction(self.prediction)
                 if not self.note.text().startswith("Auto-fit"):
-                    self.note.setText(self._status_text(self.prediction))
+                    self.note.setText(self._status_text(self.prediction) + self._elsewhere(self.prediction))
         self.changed.emit()
+
+    def _elsewhere(self, p: PairPrediction) -> str:
+        """The devices besides the meter's (other GPUs, RPC servers' devices), one line each."""
+        lines = [f"\n{device_label(u.device)}: {u.predicted_bytes / GiB:.2f} of {u.free_bytes / GiB:.1f} GiB free"
+                 for u in p.uses if u.device != p.primary.device and u.predicted_bytes > 0 and u.kind == "gpu"]
+        return "".join(lines)
 
     def _status_text(self, p: PairPrediction) -> str:
         if not self._build.has_gpu:

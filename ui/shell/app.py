@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import traceback
 from dataclasses import replace
@@ -54,6 +55,7 @@ def settings_with_args(settings: Settings, args: argparse.Namespace) -> Settings
         "n_threads": args.threads, "n_gpu_layers": args.n_gpu_layers,
         "n_gpu_layers_draft": args.n_gpu_layers_draft, "theme": args.theme,
         "system_prompt": getattr(args, "system", None),
+        "rpc": getattr(args, "rpc", None),
     }
     change: dict[str, Any] = {k: v for k, v in pairs.items() if v is not None}
     # Sampling: --sampling picks a preset; value flags alone edit the "custom" values and select
@@ -236,4 +238,8 @@ def run_gui(args: argparse.Namespace) -> int:
         lock.unlock()
         if probe is not None:
             probe.write()
+        if window.worker.rpc_lost:
+            # The engine thread still waits on the lost server and cannot be joined; everything is saved.
+            sys.stdout.flush()
+            os._exit(0)
     return script.exit_code

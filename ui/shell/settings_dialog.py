@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QLineEdit,
     QPlainTextEdit,
     QSpinBox,
     QVBoxLayout,
@@ -27,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from app.settings import SAMPLING_FIELDS, SAMPLING_PRESETS, Settings
 
-RUNTIME_FIELDS = ("n_ctx", "n_threads", "n_gpu_layers", "n_gpu_layers_draft", "flash_attn", "strict")
+RUNTIME_FIELDS = ("n_ctx", "n_threads", "n_gpu_layers", "n_gpu_layers_draft", "flash_attn", "strict", "rpc")
 
 
 def _int(low: int, high: int, special: str = "") -> QSpinBox:
@@ -73,9 +74,16 @@ class SettingsDialog(QDialog):
             "n_gpu_layers_draft": _int(-1, 999, "all"),
             "flash_attn": QCheckBox("flash attention"),
             "strict": QCheckBox("strict exactness (no CPU repacking, K <= 6: slower)"),
+            "rpc": QLineEdit(),
             "theme": QComboBox(),
             "system_prompt": QPlainTextEdit(),
         }
+        rpc = self._fields["rpc"]
+        assert isinstance(rpc, QLineEdit)
+        rpc.setPlaceholderText("none  (e.g. 192.168.1.20:50052, 127.0.0.1:50053)")
+        rpc.setToolTip("llama.cpp RPC servers (`specchat rpc-server` on those machines): their devices join this "
+                       "machine's for the target model; the draft stays here. No authentication: use a trusted "
+                       "network or an SSH tunnel (README, Two machines)")
         system = self._fields["system_prompt"]
         assert isinstance(system, QPlainTextEdit)
         system.setPlaceholderText("none")
@@ -102,7 +110,8 @@ class SettingsDialog(QDialog):
             ("Runtime (applies when models load)", (("Context", "n_ctx"), ("Threads", "n_threads"),
                                                     ("Target GPU layers", "n_gpu_layers"),
                                                     ("Draft GPU layers", "n_gpu_layers_draft"),
-                                                    ("", "flash_attn"), ("", "strict"))),
+                                                    ("", "flash_attn"), ("", "strict"),
+                                                    ("RPC servers", "rpc"))),
             ("Chat", (("Default system prompt", "system_prompt"),)),
             ("Appearance", (("Theme", "theme"),)),
         )
@@ -141,6 +150,8 @@ class SettingsDialog(QDialog):
                 widget.setCurrentText(str(value))
             elif isinstance(widget, QPlainTextEdit):
                 widget.setPlainText(str(value))
+            elif isinstance(widget, QLineEdit):
+                widget.setText(str(value))
             elif isinstance(widget, QSpinBox):
                 widget.setValue(-1 if value is None else int(value))
             elif isinstance(widget, QDoubleSpinBox):
@@ -157,6 +168,8 @@ class SettingsDialog(QDialog):
                 value = widget.currentText()
             elif isinstance(widget, QPlainTextEdit):
                 value = widget.toPlainText().strip()
+            elif isinstance(widget, QLineEdit):
+                value = ",".join(e.strip() for e in widget.text().split(",") if e.strip())
             elif isinstance(widget, QSpinBox):
                 value = widget.value()
                 if key == "seed" and value < 0:

@@ -74,6 +74,16 @@ def meter_state(used: int, budget: int, margin: int) -> str:
     return "over" if spare < 0 else "tight" if spare < margin else "ok"
 
 
+def device_label(name: str) -> str:
+    """A device as the user knows it: an RPC device by its server ("RPC0 · 10.0.0.2:50052")."""
+    if name.startswith("RPC") and name[3:].isdigit():
+        from app.llama_backend import rpc  # loaded already: RPC devices exist only once it connected
+
+        endpoint = rpc.endpoint_of(name)
+        return f"{name} · {endpoint}" if endpoint else name
+    return name
+
+
 def _gib(n: int) -> str:
     return f"{n / GiB:.2f} GiB"
 
@@ -131,7 +141,7 @@ class MemoryMeter(PaintedWidget):
         use = pair.use(device) if device else pair.primary
         if use is None:
             raise ValueError(f"no budget for device {device!r}")
-        label = "system RAM" if use.kind == "ram" else use.device
+        label = "system RAM" if use.kind == "ram" else device_label(use.device)
         self.set_usage(meter_segments(pair, use.device), use.free_bytes, use.margin_bytes, label)
 
     def set_measured(self, values: dict[str, int] | None, overhead_source: str = "NVML") -> None:
