@@ -4,6 +4,9 @@
 character is mapped to the token that produced it, so headings, lists and syntax-highlighted code
 keep the fate tints and tooltips of the live reply. Ghosts go before the first visible character
 of their corrected token (or of the next token, when that one was pure markup).
+
+A streaming reply is rendered a span at a time (ui.chat.reply_stream: each span is whole finished
+blocks, markdown_runs.finished_prefix); the ghosts a span could not place yet go to the next one.
 """
 
 from __future__ import annotations
@@ -51,7 +54,13 @@ class ReplyRenderer:
     """Renders one reply's records at a cursor; remembers where each token landed (for tests/tooltips)."""
 
     def __init__(self, cursor: QTextCursor, tokens: list[list], ghosts: list[list], msg: int, *,
-                 colours: bool, show_ghosts: bool, dark: bool, base_point_size: float) -> None:
+                 colours: bool, show_ghosts: bool, dark: bool, base_point_size: float,
+                 span: tuple[int, int] | None = None, first_ghost: int = 0, final: bool = True,
+                 source: str | None = None, starts: list[int] | None = None) -> None:
+        """`span`: render only these source characters (whole blocks); `first_ghost`: how many
+        (sorted) ghosts earlier spans placed; `final`: the reply ends with this span, so ghosts
+        that no token showed go at its end (else they wait for a later span). `source` and
+        `starts` (each token's offset in it), when the caller keeps them, save joining every token."""
         self.cursor = cursor
         self.tokens = tokens
         self.msg = msg
@@ -60,13 +69,19 @@ class ReplyRenderer:
         self.base_pt = base_point_size
         self.mono = monospace_family()
         self.ghosts = sorted(ghosts, key=lambda g: g[0]) if show_ghosts else []
-        self._next_ghost = 0
+        self.next_ghost = first_ghost  # ghosts placed so far
         self.positions: dict[int, int] = {}  # token index -> document position of its first character
-        starts, at = [], 0
-        for record in tokens:
-            starts.append(at)
-            at += len(record[0])
+        if starts is None:
+            starts, at = [], 0
+            for record in tokens:
+                starts.append(at)
+                at += len(record[0])
         self._starts = starts
+        self._source = source
+        self.span = span
+        self.final = final
+        self.blocks = 0  # blocks begun
+        self._shift = span[0] if span else 0  # source offset of the span's first character
 
     def render(self) -> None:
         for _ in self.steps():
@@ -74,7 +89,9 @@ class ReplyRenderer:
 
     def steps(self) -> Iterator[None]:
         """Render run by run, yielding every few runs (so a long reply can be time-sliced)."""
-        source = "".join(t[0] for t in self.tokens)
+        source = self._source if self._source is not None else "".join(t[0] for t in self.tokens)
+        if self.span is not None:
+            source = source[self.span[0]:self.span[1]]
         first = True
         for block in iter_blocks(source):
             self._begin_block(block, first)
@@ -84,11 +101,13 @@ class ReplyRenderer:
                 if n % RUNS_PER_STEP == 0:
                     yield
             yield
-        self._flush_ghosts(len(self.tokens))
+        if self.final:
+            self._flush_ghosts(len(self.tokens))
 
     # --- blocks ----------------------------------------------------------------------------------
 
     def _begin_block(self, block: Block, first: bool) -> None:
+        self.blocks += 1
         bf = QTextBlockFormat()
         bf.setIndent(block.indent)
         bf.setTopMargin(2 if block.kind in ("code", "table") else 6)
@@ -150,7 +169,7 @@ class ReplyRenderer:
     def _owner(self, offset: int) -> int | None:
         if offset < 0 or not self._starts:
             return None
-        return bisect.bisect_right(self._starts, offset) - 1
+        return bisect.bisect_right(self._starts, offset + self._shift) - 1
 
     def _run(self, run: Run, base: QTextCharFormat) -> Iterator[None]:
         """One run, split where the producing token changes; yields now and then (a paragraph can
@@ -180,8 +199,8 @@ class ReplyRenderer:
         self.cursor.insertText(text, token_format(self.tokens[token], token, self.msg, self.colours, base))
 
     def _flush_ghosts(self, upto: int, base: QTextCharFormat | None = None) -> None:
-        while self._next_ghost < len(self.ghosts) and self.ghosts[self._next_ghost][0] <= upto:
-            position, text = self.ghosts[self._next_ghost][:2]
-            self._next_ghost += 1
+        while self.next_ghost < len(self.ghosts) and self.ghosts[self.next_ghost][0] <= upto:
+            position, text = self.ghosts[self.next_ghost][:2]
+            self.next_ghost += 1
             step = self.tokens[position][2] if position < len(self.tokens) else None
             self.cursor.insertText(ghost_text(text), ghost_format(step, base))

@@ -90,6 +90,45 @@ def parse(source: str) -> list[Block]:
     return list(iter_blocks(source))
 
 
+def finished_prefix(source: str) -> int:
+    """How much of a reply that is still streaming is final: the length of its longest prefix made
+    of whole top-level blocks that no later text can change, cut at a line start (0: none yet).
+
+    Only complete lines are read (a partial `#` or `` ``` `` may still become something else). A
+    block followed by another block is final (a list ends only when something else begins); the
+    last block is final when it ends itself: a heading, a rule, a closed fence, or a paragraph,
+    table or quote followed by a blank line. A list's items but the last are final too (an ordered
+    one's only while its numbers count up by one, since rendering numbers from the first item).
+    Rendering each such prefix on its own gives what rendering the whole reply gives.
+    """
+    cut = source.rfind("\n") + 1
+    if not cut:
+        return 0
+    text = source[:cut]
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]  # starts[-1] == cut: a line past the end
+    tokens = _MD.parse(text)
+    top = [i for i, t in enumerate(tokens) if t.level == 0 and t.nesting >= 0 and t.map]
+    if not top:
+        return 0
+    done = starts[tokens[top[-2]].map[1]] if len(top) > 1 else 0  # type: ignore[index]
+    last = tokens[top[-1]]
+    first_line, end_line = last.map  # type: ignore[misc]
+    if last.type in ("heading_open", "hr"):
+        done = starts[end_line]
+    elif last.type == "fence" and end_line - first_line == last.content.count("\n") + 2:  # closed
+        done = starts[end_line]
+    elif last.type in ("paragraph_open", "table_open", "blockquote_open") and end_line < len(starts) - 1:
+        done = starts[end_line]  # a blank line follows (anything else would be a block of its own)
+    elif last.type in ("bullet_list_open", "ordered_list_open"):
+        items = [t for t in tokens[top[-1]:] if t.type == "list_item_open" and t.level == 1]
+        number = int(last.attrGet("start") or 1)
+        if len(items) > 1 and (last.type == "bullet_list_open" or items[-1].info == str(number + len(items) - 1)):
+            done = starts[items[-1].map[0]]  # type: ignore[index]
+    while 0 < done < cut and not text[done:text.index("\n", done)].strip():
+        done = text.index("\n", done) + 1  # the blank lines after it too: what stays open starts with text
+    return done
+
+
 def iter_blocks(source: str) -> Iterator[Block]:
     """Blocks one at a time (code is lexed when its block comes), so rendering can be time-sliced."""
     tokens = _MD.parse(source)

@@ -1,9 +1,10 @@
 """The conversation as one coloured token document.
 
 While a reply streams, its tokens are appended as raw text, each tinted by its fate, with rejected
-drafts struck through before the target's correction. When it finishes, the reply is re-rendered
-as Markdown (ui.chat.markdown_render) with the same tints. Hovering shows a token's step, source and,
-for sampled runs, p and q.
+drafts struck through before the target's correction; each Markdown block is rendered in place
+(ui.chat.markdown_render, same tints) as soon as it is finished, so only the open block is raw and
+the end of the reply re-renders only that (ui.chat.reply_stream). Hovering shows a token's step,
+source and, for sampled runs, p and q.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import shiboken6
 from PySide6.QtCore import QEvent, QMimeData, QPointF, Qt, QTimer, QUrl, Signal, Slot
@@ -23,13 +25,13 @@ from PySide6.QtGui import (
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
-    QTextDocumentFragment,
 )
 from PySide6.QtWidgets import QTextBrowser, QToolTip, QWidget
 
 from app.chat.conversations import Message
-from ui.base.token_style import PROP_FATE, PROP_GHOST, ghost_format, ghost_text, token_format, tooltip
+from ui.base.token_style import PROP_FATE, PROP_GHOST, tooltip
 from ui.chat.markdown_render import DIM, ReplyRenderer
+from ui.chat.reply_stream import ReplyStream, Span
 
 RENDER_SLICE_S = 0.010  # Markdown rendering per event-loop turn: the GUI never stalls on a long reply
 REBUILD_SLICE_S = 0.030  # whole-chat rebuilds: a slice ends after the message that passes this
@@ -83,16 +85,15 @@ class _Rebuild:
 
 @dataclass
 class _RenderJob:
-    index: int
-    doc: QTextDocument
-    renderer: ReplyRenderer
-    steps: Iterator[None]
+    stream: ReplyStream
+    span: Span
+    rendered: bool = False  # all steps done: the span waits to go in
 
 
 class TranscriptView(QTextBrowser):
     """Read-only transcript; one instance per pane (chat, and each side of a comparison)."""
 
-    rendered = Signal()  # a finished reply's Markdown rendering is in the document
+    rendered = Signal()  # a finished reply's Markdown rendering is in the document (its last span)
     messageAction = Signal(str, int)  # (edit|copy|delete|regenerate|continue|system, message index)
 
     def __init__(self, parent: QWidget | None = None, actions: bool = False) -> None:
@@ -112,9 +113,7 @@ class TranscriptView(QTextBrowser):
         self._ghosts = True
         self._messages: list[Message] = []
         self._reply_msg = -1
-        self._reply_start = 0
-        self._reply_count = 0
-        self._pending_ghosts: dict[int, list[str]] = {}
+        self._stream: ReplyStream | None = None  # the reply streaming, or finished and not yet rendered
         self._positions: dict[int, dict[int, int]] = {}  # message -> token -> document position
         self._job: _RenderJob | None = None
         self._rebuild: _Rebuild | None = None
@@ -214,9 +213,9 @@ class TranscriptView(QTextBrowser):
         self._job = None
         self._rebuild = None
         self._render_timer.stop()
-        doc = QTextDocument(self)
-        doc.setDefaultFont(self.font())
-        doc.setIndentWidth(self.document().indentWidth())
+        if self._reply_msg < 0:
+            self._stream = None  # a finished reply's pending tail: the rebuild renders it whole
+        doc = self._detached(self)
         doc.setDocumentMargin(self.document().documentMargin())
         first = max(0, len(self._messages) - self._shown)
         if self._reply_msg >= 0:
@@ -227,7 +226,7 @@ class TranscriptView(QTextBrowser):
         self._on_render_timer_timeout()  # a short chat is done in this first slice
         if self._rebuild is not None:
             if self._reply_msg >= 0:
-                self.complete_render()  # tokens are streaming into it: no waiting
+                self._complete_rebuild()  # tokens are streaming into it: no waiting
             else:
                 self._render_timer.start()
 
@@ -241,8 +240,9 @@ class TranscriptView(QTextBrowser):
         for i in range(first, len(self._messages)):
             message = self._messages[i]
             if i == self._reply_msg:
-                self._begin_reply_at(cursor, i)
-                self._append(cursor, message.tokens or [], message.ghosts or [], 0)
+                self._begin_reply_at(cursor, i)  # raw again; its finished blocks render after the swap
+                assert self._stream is not None
+                self._stream.append(cursor, message.tokens or [], message.ghosts or [])
                 positions[i] = self._positions.pop(i, {})
             else:
                 self._render_message(cursor, i, message, positions)
@@ -260,6 +260,7 @@ class TranscriptView(QTextBrowser):
         if job.to_bottom:
             self._scroll_to_end()
         self.rendered.emit()
+        self._schedule()  # a streaming reply's finished blocks
 
     def show_earlier(self) -> None:
         self._shown += SHOWN_MESSAGES
@@ -282,9 +283,7 @@ class TranscriptView(QTextBrowser):
                         positions: dict[int, dict[int, int]] | None = None) -> None:
         self._header(cursor, index, message)
         if message.role == "assistant" and message.tokens:
-            renderer = ReplyRenderer(cursor, message.tokens, message.ghosts or [], index,
-                                     colours=self._colours, show_ghosts=self._ghosts, dark=self.is_dark(),
-                                     base_point_size=self.font().pointSizeF())
+            renderer = ReplyRenderer(cursor, message.tokens, message.ghosts or [], index, **self._style())
             renderer.render()
             (self._positions if positions is None else positions)[index] = renderer.positions
         else:
@@ -357,72 +356,78 @@ class TranscriptView(QTextBrowser):
 
     def _begin_reply_at(self, cursor: QTextCursor, index: int) -> None:
         self._header(cursor, index, self._messages[index])
-        self._reply_start = cursor.position()
-        self._reply_count = 0
-        self._pending_ghosts = {}
-        self._positions[index] = {}
+        self._stream = ReplyStream(index, cursor.position(), colours=self._colours, show_ghosts=self._ghosts)
+        self._positions[index] = self._stream.positions  # kept up to date by the stream
 
     def append_records(self, tokens: list[list], ghosts: list[list]) -> None:
         """New token and ghost records of the streaming reply (as the recorder made them)."""
-        if self._reply_msg < 0:
+        stream = self._stream
+        if self._reply_msg < 0 or stream is None:
             return
         at_bottom = self._at_bottom()
         cursor = self._end_cursor()
         cursor.beginEditBlock()  # one layout pass per batch
-        self._append(cursor, tokens, ghosts, self._reply_count)
+        stream.append(cursor, tokens, ghosts)
         cursor.endEditBlock()
+        self._schedule()  # rendered from the timer: this batch's frame only appends
         if at_bottom:
             self._scroll_to_end()
 
-    def _append(self, cursor: QTextCursor, tokens: list[list], ghosts: list[list], start: int) -> None:
-        for position, text in ghosts:
-            self._pending_ghosts.setdefault(position, []).append(text)
-        positions = self._positions.setdefault(self._reply_msg, {})
-        for offset, record in enumerate(tokens):
-            index = start + offset
-            for text in self._pending_ghosts.pop(index, []) if self._ghosts else ():
-                cursor.insertText(ghost_text(text), ghost_format(record[2]))
-            positions[index] = cursor.position()
-            cursor.insertText(record[0], token_format(record, index, self._reply_msg, self._colours))
-        self._reply_count = start + len(tokens)
-
     def finish_reply(self) -> None:
-        """Replace the raw streamed text by the Markdown rendering (same tints), plus the footer.
+        """Render what is still raw of the reply (its last block) as Markdown, plus the footer.
 
-        The rendering is built in a detached document a slice at a time (a reply of thousands of
-        tokens takes a few hundred ms), then swapped in at once; `rendered` says when it is there.
+        The blocks finished while it streamed are already rendered and stay as they are. Each span
+        is built in a detached document a slice at a time, then put in at once; `rendered` says
+        when the last one is there.
         """
-        index = self._reply_msg
-        if index < 0:
+        index, stream = self._reply_msg, self._stream
+        if index < 0 or stream is None:
             return
         self._reply_msg = -1
         message = self._messages[index]
-        doc = QTextDocument()
+        stream.finish(message.tokens or [], message.ghosts or [])
+        self._schedule(now=True)  # a short tail is done in this first slice
+
+    def _style(self) -> dict[str, Any]:
+        return {"colours": self._colours, "show_ghosts": self._ghosts, "dark": self.is_dark(),
+                "base_point_size": self.font().pointSizeF()}
+
+    def _detached(self, parent: QWidget | None = None) -> QTextDocument:
+        doc = QTextDocument(parent)
         doc.setDefaultFont(self.font())
         doc.setIndentWidth(self.document().indentWidth())
-        renderer = ReplyRenderer(QTextCursor(doc), message.tokens or [], message.ghosts or [], index,
-                                 colours=self._colours, show_ghosts=self._ghosts, dark=self.is_dark(),
-                                 base_point_size=self.font().pointSizeF())
-        self._job = _RenderJob(index, doc, renderer, renderer.steps())
-        self._on_render_timer_timeout()  # a short reply is done in this first slice
+        return doc
+
+    def _schedule(self, now: bool = False) -> None:
+        """Start rendering the stream's next span when one is ready (one span at a time)."""
+        stream = self._stream
+        if stream is None or self._job is not None or self._rebuild is not None or not stream.ready():
+            return
+        self._job = _RenderJob(stream, stream.next_span(self._detached(), self._style()))
+        if now:
+            self._on_render_timer_timeout()
         if self._job is not None:
             self._render_timer.start()
 
     def render_pending(self) -> bool:
-        return self._job is not None or self._rebuild is not None
+        return self._job is not None or self._rebuild is not None or (
+            self._stream is not None and self._stream.finished)
 
     def complete_render(self) -> None:
         """Finish pending rendering now (before the document changes under it)."""
+        self._complete_rebuild()
+        while self._job is not None:
+            job = self._job
+            for _ in job.span.steps:
+                pass
+            self._apply(job)
+
+    def _complete_rebuild(self) -> None:
         rebuild = self._rebuild
         if rebuild is not None:
             for _ in rebuild.steps:
                 pass
             self._swap(rebuild)
-        job = self._job
-        if job is not None:
-            for _ in job.steps:
-                pass
-            self._apply(job)
 
     @Slot()
     def _on_render_timer_timeout(self) -> None:
@@ -438,33 +443,35 @@ class TranscriptView(QTextBrowser):
         if job is None:
             self._render_timer.stop()
             return
-        deadline = time.perf_counter() + RENDER_SLICE_S
-        for _ in job.steps:
-            if time.perf_counter() >= deadline:
-                return  # more next tick; the raw streamed text stays on screen meanwhile
+        start = time.perf_counter()
+        if not job.rendered:
+            for _ in job.span.steps:
+                if time.perf_counter() - start >= RENDER_SLICE_S:
+                    return  # more next tick; the raw streamed text stays on screen meanwhile
+            job.rendered = True
+            if time.perf_counter() - start >= RENDER_SLICE_S / 2:
+                return  # putting it in (and the layout) gets a tick of its own
         self._apply(job)
 
     def _apply(self, job: _RenderJob) -> None:
         self._job = None
         self._render_timer.stop()
         at_bottom = self._at_bottom()
+        stream = job.stream
+        index = stream.index
         cursor = QTextCursor(self.document())
         cursor.beginEditBlock()
-        cursor.setPosition(self._reply_start)
-        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
-        cursor.removeSelectedText()
-        if not job.doc.isEmpty():
-            first = job.doc.begin().blockFormat()  # insertFragment keeps the target block's format
-            cursor.insertFragment(QTextDocumentFragment(job.doc))
-            head = QTextCursor(self.document())
-            head.setPosition(self._reply_start)
-            head.setBlockFormat(first)
-        self._positions[job.index] = {t: p + self._reply_start for t, p in job.renderer.positions.items()}
-        self._footer(cursor, footer_text(self._messages[job.index]), job.index)
+        end = stream.apply(self.document(), job.span)
+        if job.span.final:
+            self._footer(end, footer_text(self._messages[index]), index)
         cursor.endEditBlock()
         if at_bottom:
             self._scroll_to_end()
-        self.rendered.emit()
+        if job.span.final:
+            self._stream = None
+            self.rendered.emit()
+        else:
+            self._schedule()  # more blocks finished meanwhile, or the reply ended
 
     # --- inspection (tooltips, tests) ---------------------------------------------------------------
 
