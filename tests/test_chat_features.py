@@ -201,3 +201,46 @@ def test_lazy_load_reads_only_the_index_until_a_chat_is_opened(home: Path) -> No
     assert [c.id for c in third.search("okapi")] == [ids[0]] and [c.title for c in third.search("zebra")]
     third.delete(third.conversations[ids[2]])
     assert ids[2] not in {c.id for c in ChatStore().load_all(lazy=True)}
+
+
+def test_chat_sampling_preset_round_trips(home: Path) -> None:
+    """A chat's own sampling preset (and each reply's recorded sampling) survive save and load,
+    through the index's stubs too; older files without it, or with an unknown preset, follow the default."""
+    from app.chat.conversations import CHAT_SAMPLING, sampling_record
+    from app.engine.sampling import SamplingParams
+    from app.settings import SAMPLING_PRESETS
+
+    assert CHAT_SAMPLING == SAMPLING_PRESETS
+    store = ChatStore()
+    greedy, plain = store.new(), store.new()
+    greedy.sampling = "greedy"
+    for conv in (greedy, plain):
+        conv.messages = [Message("user", "hi"),
+                         Message("assistant", "hello", sampling=sampling_record("greedy", SamplingParams(seed=3)))]
+        store.save(conv)
+    assert json.loads((store.folder / f"{greedy.id}.json").read_text())["sampling"] == "greedy"
+    assert "sampling" not in json.loads((store.folder / f"{plain.id}.json").read_text())  # as older files
+    ChatStore().load_all(lazy=True)  # writes the index
+
+    lazy = ChatStore()
+    lazy.load_all(lazy=True)
+    stub = lazy.conversations[greedy.id]
+    assert stub.stub  # from the index, not read yet
+    loaded = lazy.ensure_loaded(stub)
+    assert loaded.sampling == "greedy" and lazy.ensure_loaded(lazy.conversations[plain.id]).sampling is None
+    record = loaded.messages[1].sampling
+    assert record is not None and record["preset"] == "greedy" and record["temperature"] == 0.0
+    assert record["seed"] == 3
+    loaded.sampling = "custom"
+    lazy.save(loaded)
+    again = ChatStore()
+    again.load_all(lazy=True)
+    assert again.find(greedy.id).sampling == "custom"
+    assert json.loads(to_json(loaded))["messages"][1]["sampling"]["preset"] == "greedy"  # exported
+
+    data = json.loads((store.folder / f"{plain.id}.json").read_text())
+    data["sampling"] = "creative"  # from a newer version, say
+    (store.folder / f"{plain.id}.json").write_text(json.dumps(data))
+    newer = ChatStore()
+    newer.load_all(lazy=True)
+    assert newer.find(plain.id).sampling is None

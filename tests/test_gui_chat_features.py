@@ -400,3 +400,44 @@ def test_settings_dialog_offers_the_sampling_presets_and_penalties(qapp: Any, qt
     penalty.setValue(1.2)
     dialog._fields["system_prompt"].setPlainText("Be brief.")  # type: ignore[attr-defined]
     assert dialog.changes() == {"sampling": "custom", "repeat_penalty": 1.2, "system_prompt": "Be brief."}
+
+
+def test_a_chat_set_to_greedy_replies_greedily_whatever_the_default(window: Any, qtbot: Any) -> None:
+    """Per-chat sampling: the box under the prompt sets this chat's preset, which the worker's run
+    uses over the settings' default, each reply records, the header shows, and the chat keeps."""
+    box = window.sampling_box
+    window._apply_settings({"sampling": "recommended"})  # the default samples (SmolLM2: temperature 0.2)
+    started: list[Any] = []
+    window.worker.runStarted.connect(lambda _name, params: started.append(params))
+    try:
+        window._on_new_action_triggered()
+        assert box.preset() is None and box.currentText() == "Default (recommended)"
+        box.setCurrentIndex(box.findData("greedy"))  # chosen before the chat's first message
+        assert box.effective() == "greedy" and "greedy" in box.toolTip()
+        _wait_reply(window, qtbot, lambda: window.submit("Name a colour."))
+        conv = window.controller.conv
+        params = started[-1].sampling
+        assert params.greedy and not params.penalized  # the run the worker made
+        reply = conv.messages[1]
+        assert reply.sampling["preset"] == "greedy" and reply.sampling["temperature"] == 0.0
+        assert all(len(record) == 3 for record in reply.tokens)  # no sampled p/q: the engine took the argmax
+        assert "greedy" in window.transcript.toPlainText().split("\n")[2]  # the reply's header line
+        saved = {c.id: c for c in ChatStore(window.store.folder).load_all()}[conv.id]
+        assert saved.sampling == "greedy"
+
+        box.setCurrentIndex(box.findData(None))  # back to the default for this chat
+        assert conv.sampling is None
+        _wait_reply(window, qtbot, lambda: window.submit("Name another colour."))
+        params = started[-1].sampling
+        assert not params.greedy and params.temperature == pytest.approx(0.2)  # SmolLM2's recommendation
+        assert conv.messages[3].sampling["preset"] == "recommended"
+        assert any(len(record) == 5 for record in conv.messages[3].tokens)  # sampled: p and q recorded
+
+        box.setCurrentIndex(box.findData("greedy"))
+        window._on_new_action_triggered()
+        assert box.preset() is None  # a new chat starts on the default...
+        window.controller.select(conv.id)
+        assert box.preset() == "greedy" and box.effective() == "greedy"  # ...and each chat keeps its own
+        assert window.runs()[-1][1].sampling.greedy
+    finally:
+        window._apply_settings({"sampling": "greedy"})

@@ -25,11 +25,14 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from app import paths
 from app.atomic import atomic_write_text
 from app.engine.events import Event, FinishEvent, GenerationStats, GovernorEvent, StepEvent, TokenEvent, TokenFate
+
+if TYPE_CHECKING:
+    from app.engine.sampling import SamplingParams  # not at run time: it brings numpy to `specchat chats`
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,8 @@ FATE_CODES: dict[TokenFate, str] = {
     TokenFate.TARGET: "t",
 }
 CODE_FATES: dict[str, TokenFate] = {code: fate for fate, code in FATE_CODES.items()}
+# A chat's own sampling preset: app.settings.SAMPLING_PRESETS (not imported: settings bring the engine).
+CHAT_SAMPLING = ("recommended", "greedy", "custom")
 SNAPSHOT_INTERVAL_S: float | None = None  # periodic rewrites while streaming: off (the journal suffices)
 
 TokenRecord = list[Any]  # [text, code, step] or [text, code, step, p, q]
@@ -64,6 +69,7 @@ class Message:
     models: dict[str, str | None] | None = None
     error: str | None = None
     compare: dict[str, Any] | None = None  # the plain run and the verdict of a side-by-side run
+    sampling: dict[str, Any] | None = None  # a reply's sampling: {"preset": ..., temperature, top_k, ...}
 
     def to_json(self) -> dict[str, Any]:
         # Not dataclasses.asdict: its deep copy of thousands of token records costs tens of ms.
@@ -104,6 +110,7 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     system: str | None = None  # this chat's system prompt; None: the default from the settings
     overflow: str | None = None  # "drop": the user chose to leave out the oldest turns when it outgrows the context
+    sampling: str | None = None  # this chat's sampling preset (CHAT_SAMPLING); None: the settings' default
     # A stub holds only what the chat list needs (from the store's index); ChatStore.ensure_loaded
     # reads the rest. A stub is never written (ChatStore.save refuses it).
     stub: bool = field(default=False, compare=False, repr=False)
@@ -121,6 +128,8 @@ class Conversation:
             data["system"] = self.system
         if self.overflow is not None:
             data["overflow"] = self.overflow
+        if self.sampling is not None:
+            data["sampling"] = self.sampling
         data["messages"] = [m.to_json() for m in self.messages]
         return data
 
@@ -139,6 +148,7 @@ class Conversation:
             messages=[Message.from_json(m) for m in messages],
             system=data["system"] if isinstance(data.get("system"), str) else None,
             overflow="drop" if data.get("overflow") == "drop" else None,
+            sampling=data["sampling"] if data.get("sampling") in CHAT_SAMPLING else None,  # unknown: the default
         )
 
     def system_prompt(self, default: str = "") -> str:
@@ -204,6 +214,11 @@ def new_id() -> str:
 def title_from(text: str, limit: int = 48) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def sampling_record(preset: str, params: SamplingParams) -> dict[str, Any]:
+    """What a reply stores of its sampling: the preset it came from and the values the engine used."""
+    return {"preset": preset, **asdict(params)}
 
 
 def token_record(event: TokenEvent) -> TokenRecord:

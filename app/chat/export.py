@@ -14,7 +14,7 @@ from typing import Any
 from app.chat.conversations import Conversation, Message
 
 FORMATS = ("md", "json")
-EXPORT_KEYS = ("role", "content", "created", "status", "mode", "models", "error", "stats")
+EXPORT_KEYS = ("role", "content", "created", "status", "mode", "models", "sampling", "error", "stats")
 ROLE_HEADINGS = {"user": "You", "assistant": "Assistant", "system": "System"}
 
 
@@ -27,6 +27,9 @@ def message_summary(message: Message) -> str:
     parts = []
     if message.mode:
         parts.append(f"mode {message.mode}")
+    preset = (message.sampling or {}).get("preset")
+    if preset:
+        parts.append("greedy" if preset == "greedy" else f"{preset} sampling")
     models = message.models or {}
     if models.get("target"):
         parts.append(str(models["target"]) + (f" + {models['draft']}" if models.get("draft") else ""))

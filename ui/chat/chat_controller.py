@@ -12,7 +12,15 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from app.chat.conversations import ChatStore, Conversation, Message, ReplyRecorder, stats_from_json, title_from
+from app.chat.conversations import (
+    ChatStore,
+    Conversation,
+    Message,
+    ReplyRecorder,
+    sampling_record,
+    stats_from_json,
+    title_from,
+)
 from app.engine.events import Event, FinishEvent, GovernorEvent, PrefillEvent, TokenEvent
 from app.engine.session import GenParams
 from ui.base.message_bar import MessageBar
@@ -31,6 +39,7 @@ class ChatController(QObject):
     governorSwitched = Signal(object)  # GovernorEvent: drafting turned off or back on
     contextChanged = Signal(int, int)  # tokens the conversation fills, the context's size
     prefillProgress = Signal(int, int)  # prompt tokens processed, of; (0, 0) when the reply starts or ends
+    samplingChanged = Signal(object)  # the shown chat's own sampling preset (None: the default)
 
     def __init__(
         self,
@@ -55,6 +64,8 @@ class ChatController(QObject):
         self._waiting: list[TranscriptView] = []
         self.default_system = ""  # the settings' system prompt, for chats without their own
         self._new_chat_system: str | None = None  # set before a new chat's first message
+        self.default_sampling = "recommended"  # the settings' preset, for chats without their own
+        self._new_chat_sampling: str | None = None
         worker.runStarted.connect(self._on_worker_runStarted)
         worker.events.connect(self._on_worker_events)
         worker.finished.connect(self._on_worker_finished)
@@ -88,6 +99,8 @@ class ChatController(QObject):
             return
         self.conv = None  # created (and saved) with its first message
         self._new_chat_system = None
+        self._new_chat_sampling = None
+        self.samplingChanged.emit(None)
         self.transcript.set_messages([], self.default_system)
         self.contextChanged.emit(0, self.n_ctx)
         self.compare.begin("draft", True)
@@ -129,6 +142,19 @@ class ChatController(QObject):
                 self.store.save(self.conv)
         self.transcript.set_system(text)
 
+    def sampling_preset(self) -> str | None:
+        """The current chat's (or the next new one's) own sampling preset; None: the default."""
+        return self.conv.sampling if self.conv is not None else self._new_chat_sampling
+
+    def set_sampling(self, preset: str | None) -> None:
+        """This chat's own sampling preset (None: follow the default); used from its next reply."""
+        if self.conv is None:
+            self._new_chat_sampling = preset
+        elif preset != self.conv.sampling:
+            self.conv.sampling = preset
+            if self.conv.messages and not self.busy():
+                self.store.save(self.conv)  # (while a reply streams, its end saves the chat)
+
     def submit(self, text: str, runs: Sequence[tuple[str, GenParams]],
                models: dict[str, str | None] | None = None) -> bool:
         if self.busy():
@@ -136,6 +162,7 @@ class ChatController(QObject):
         if self.conv is None:
             self.conv = self.store.new()
             self.conv.system, self._new_chat_system = self._new_chat_system, None
+            self.conv.sampling, self._new_chat_sampling = self._new_chat_sampling, None
         conv = self.conv
         if not any(m.role == "user" for m in conv.messages):
             conv.title = title_from(text)
@@ -203,6 +230,7 @@ class ChatController(QObject):
         keep = conv.messages[starts[max(0, len(starts) - 1 - turns)]:]
         fresh = self.store.new()
         fresh.title, fresh.system, fresh.overflow = f"{conv.title} (continued)", conv.system, "drop"
+        fresh.sampling = conv.sampling
         fresh.messages = [Message.from_json(m.to_json()) for m in keep]
         self.store.save(fresh)
         self.conv = fresh
@@ -221,10 +249,15 @@ class ChatController(QObject):
         """Put `conv` (or the given part of it) in the transcript, with the system prompt it uses."""
         self.transcript.set_messages(conv.messages if messages is None else messages,
                                      conv.system_prompt(self.default_system))
+        self.samplingChanged.emit(conv.sampling)
 
     def _reply(self, runs: Sequence[tuple[str, GenParams]], models: dict[str, str | None] | None) -> bool:
         assert self.conv is not None
-        reply = Message("assistant", "", mode=runs[-1][1].mode, models=models)
+        params = runs[-1][1]
+        # A comparison decodes greedily whatever the chat's preset (its badge checks token for token).
+        preset = "greedy" if any(name == "plain" for name, _ in runs) else self.conv.sampling or self.default_sampling
+        reply = Message("assistant", "", mode=params.mode, models=models,
+                        sampling=sampling_record(preset, params.sampling))
         self.conv.messages.append(reply)
         history = self.conv.chat_messages(self.default_system)  # the empty reply is left out
         return self._start(history, reply, runs)

@@ -42,13 +42,17 @@ ACTION_SCHEME = "specchat"  # specchat:ACTION/INDEX, the per-message controls
 PROP_ACTION = QTextCharFormat.Property.UserProperty + 20  # on control links: left out of copies
 USER_ACTIONS = (("edit", "Edit"), ("copy", "Copy"), ("delete", "Delete"))
 REPLY_ACTIONS = (("copy", "Copy"), ("regenerate", "Regenerate"), ("delete", "Delete"))
+SAMPLING_NAMES = {"greedy": "greedy", "recommended": "recommended sampling", "custom": "custom sampling"}
 
 
 def message_meta(message: Message) -> str:
-    """The grey line beside an assistant's name: mode, models, comparison."""
+    """The grey line beside an assistant's name: mode, sampling, models, comparison."""
     if message.role != "assistant":
         return ""
     parts = [f"mode {message.mode}"] if message.mode else []
+    preset = (message.sampling or {}).get("preset")
+    if preset:
+        parts.append(SAMPLING_NAMES.get(preset, str(preset)))
     models = message.models or {}
     if models.get("target"):
         parts.append(str(models["target"]) + (f" + {models['draft']}" if models.get("draft") else ""))

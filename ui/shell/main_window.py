@@ -32,7 +32,7 @@ from app.engine.drafters import CHOICES, NEEDS_DRAFT, auto_mode
 from app.engine.events import GovernorEvent
 from app.engine.session import GenParams
 from app.llama_backend import supports_gpu_offload
-from app.models.recommended_sampling import recommended_for
+from app.models.recommended_sampling import CHAT_DEFAULT, recommended_for
 from app.settings import Settings
 from ui.base.message_bar import MessageBar
 from ui.base.worker import GenerationWorker, LoadInfo
@@ -40,6 +40,7 @@ from ui.chat.chat_controller import ChatController
 from ui.chat.compare_view import CompareView
 from ui.chat.conversation_list import ConversationList
 from ui.chat.prompt_box import PromptBox
+from ui.chat.sampling_box import SamplingBox, describe_values
 from ui.chat.transcript_view import TranscriptView
 from ui.picker.models_controller import ModelsController
 from ui.shell.main_toolbar import MainToolBar
@@ -73,6 +74,7 @@ class MainWindow(QMainWindow):
         self.controller = ChatController(self.store, self.worker, self.transcript, self.compare_view,
                                          self.stats, self.errors, self)
         self.controller.default_system = self.settings.system_prompt
+        self.controller.default_sampling = self.settings.sampling
         self.transcript.set_system(self.settings.system_prompt)
         self.dialog: QDialog | None = None  # the edit or system prompt dialog that is open (tests)
         self.models = ModelsController(self.worker, self.model_label, self.progress, self.meter,
@@ -109,6 +111,15 @@ class MainWindow(QMainWindow):
         prompt_row = QHBoxLayout()
         prompt_row.addWidget(self.prompt, 1)
         prompt_row.addLayout(buttons)
+        # This chat's own sampling, under the prompt: which preset the next reply uses, in view.
+        self.sampling_box = SamplingBox()
+        self.sampling_box.set_default(self.settings.sampling)
+        self.sampling_label = QLabel("Sampling for this chat")
+        self.sampling_label.setBuddy(self.sampling_box)
+        composer_row = QHBoxLayout()
+        composer_row.addWidget(self.sampling_label)
+        composer_row.addWidget(self.sampling_box)
+        composer_row.addStretch(1)
         center = QWidget()
         col = QVBoxLayout(center)
         col.setContentsMargins(4, 4, 4, 4)
@@ -116,6 +127,7 @@ class MainWindow(QMainWindow):
         col.addWidget(self.banner)
         col.addWidget(self.stack, 1)
         col.addLayout(prompt_row)
+        col.addLayout(composer_row)
 
         self.side = SidePanel(self.settings)
         self.stats, self.legend, self.meter = self.side.stats, self.side.legend, self.side.meter
@@ -193,6 +205,8 @@ class MainWindow(QMainWindow):
         self.transcript.messageAction.connect(self._on_transcript_messageAction)
         self.controller.contextChanged.connect(self._on_controller_contextChanged)
         self.controller.prefillProgress.connect(self._on_controller_prefillProgress)
+        self.controller.samplingChanged.connect(self._on_controller_samplingChanged)
+        self.sampling_box.presetChosen.connect(self._on_sampling_box_presetChosen)
         self.controller.conversationsChanged.connect(self._on_controller_conversationsChanged)
         self.controller.busyChanged.connect(self._on_controller_busyChanged)
         self.controller.replyFinished.connect(self._on_controller_replyFinished)
@@ -205,6 +219,7 @@ class MainWindow(QMainWindow):
         self.models.modelsLoaded.connect(self._on_models_modelsLoaded)
         self.models.loadFailed.connect(self._on_models_loadFailed)
         self._on_compare_action_toggled(self.settings.compare)
+        self._update_sampling_details()
 
     # --- models --------------------------------------------------------------------------------------
 
@@ -249,6 +264,7 @@ class MainWindow(QMainWindow):
     @Slot(object)
     def _on_models_modelsLoaded(self, info: LoadInfo) -> None:
         self._remember_pair()
+        self._update_sampling_details()
         for mode in NEEDS_DRAFT:
             self.mode_box.model().item(CHOICES.index(mode)).setEnabled(self.models.has_draft)
         if not self.models.has_draft and self.mode_box.currentText() in NEEDS_DRAFT:
@@ -322,9 +338,11 @@ class MainWindow(QMainWindow):
     def runs(self) -> list[tuple[str, GenParams]]:
         mode = self._mode()
         if not self.compare_action.isChecked():
-            # The settings' sampling preset; "recommended" takes the loaded target's recommendation.
+            # The chat's own sampling preset, else the settings'; "recommended" takes the loaded target's
+            # recommendation.
             recommended = recommended_for(self.loaded.config.target).values if self.loaded is not None else None
-            return [("chat", self.settings.gen_params(mode, recommended))]
+            preset = self.controller.sampling_preset() or self.settings.sampling
+            return [("chat", self.settings.gen_params(mode, recommended, preset))]
         # The comparison is greedy: its badge checks the two outputs token for token.
         params = self.settings.gen_params(mode, preset="greedy")
         if mode == "none":
@@ -464,6 +482,7 @@ class MainWindow(QMainWindow):
         self.stop_button.setEnabled(generating)
         self.conversations.setEnabled(not generating)
         self.mode_box.setEnabled(not generating)
+        self.sampling_box.setEnabled(not generating and not self.compare_action.isChecked())
         self.compare_action.setEnabled(not generating)
         self.models_action.setEnabled(not generating)
         for action in (self.regenerate_action, self.continue_action):
@@ -501,6 +520,26 @@ class MainWindow(QMainWindow):
     def _on_compare_action_toggled(self, on: bool) -> None:
         self.stack.setCurrentWidget(self.compare_view if on else self.transcript)
         self._remember(compare=on)
+        self._sync_enabled()
+        self.sampling_label.setText("Sampling: greedy while comparing" if on else "Sampling for this chat")
+
+    @Slot(object)
+    def _on_sampling_box_presetChosen(self, preset: str | None) -> None:
+        self.controller.set_sampling(preset)
+
+    @Slot(object)
+    def _on_controller_samplingChanged(self, preset: str | None) -> None:
+        self.sampling_box.set_preset(preset)
+
+    def _update_sampling_details(self) -> None:
+        """The values behind each preset, for the sampling box's tooltips."""
+        recommended = recommended_for(self.loaded.config.target) if self.loaded is not None else None
+        self.sampling_box.set_details({
+            "recommended": (describe_values(recommended.values) + f" ({recommended.source})" if recommended
+                            else describe_values(CHAT_DEFAULT) + " until a model with its own is loaded"),
+            "greedy": "always the most likely token, no penalties: the same reply every time",
+            "custom": describe_values(self.settings.custom_sampling()) + " (Settings)",
+        })
 
     @Slot(str)
     def _on_mode_box_currentTextChanged(self, mode: str) -> None:
@@ -551,6 +590,10 @@ class MainWindow(QMainWindow):
 
     def _apply_settings(self, changes: dict[str, Any]) -> None:
         self._remember(**changes)
+        if "sampling" in changes:
+            self.controller.default_sampling = self.settings.sampling
+            self.sampling_box.set_default(self.settings.sampling)
+        self._update_sampling_details()
         if "system_prompt" in changes:
             self.controller.default_system = self.settings.system_prompt
             self.transcript.set_system(self.controller.system_prompt())
