@@ -41,9 +41,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _specchat(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "app.cli.main", *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=timeout, **kw)
+def _specchat(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PY, "-m", "app.cli.main", *args], cwd=ROOT, env=env or ENV, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 class Server:
@@ -263,3 +263,35 @@ def test_server_killed_mid_reply_keeps_the_reply_and_names_the_server(target_pat
     assert f"RPC server {victim.endpoint} stopped answering mid-reply" in err
     assert "the reply so far is kept" in err
     assert (shown + rest).startswith(shown)  # what was printed stays printed
+
+
+def test_window_keeps_the_reply_when_the_server_is_lost(target_path, tmp_path):
+    """The desktop app on a server that dies mid-reply: no abort, the reply so far saved with the error."""
+    _require_rpc()
+    victim = Server(_free_port())
+    home = tmp_path / "home"
+    shot = tmp_path / "lost.png"
+    env = {**ENV, "SPECCHAT_HOME": str(home), "QT_QPA_PLATFORM": "offscreen"}
+    proc = subprocess.Popen(
+        [PY, "-m", "ui.shell.entry", "gui", "-m", str(target_path), "--rpc", victim.endpoint, "-c", "1024",
+         "--mode", "none", "--temp", "0", "-n", "400", "--prompt", "Write a Python class for a bank account with "
+         "ten methods and docstrings.", "--screenshot", str(shot), "--quit-when-done"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        journals = list((home).rglob("*.journal"))
+        if journals and journals[0].stat().st_size > 2000:  # a good part of the reply is on screen
+            break
+        time.sleep(0.2)
+    victim.stop()
+    _out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]  # quit after the reply ended, never aborted
+    done = _specchat("chats", "list", "--json", env={**ENV, "SPECCHAT_HOME": str(home)})
+    chats = json.loads(done.stdout)
+    assert len(chats) == 1
+    exported = _specchat("chats", "export", chats[0]["id"], "--format", "json",
+                         env={**ENV, "SPECCHAT_HOME": str(home)})
+    reply = json.loads(exported.stdout)["messages"][-1]
+    assert reply["role"] == "assistant" and len(reply["content"]) > 100  # the part that was shown
+    assert f"RPC server {victim.endpoint} stopped answering mid-reply" in reply["error"]
+    assert shot.exists()

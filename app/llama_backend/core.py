@@ -71,8 +71,25 @@ def ensure_backend() -> None:
 
 
 def supports_gpu_offload() -> bool:
+    """Whether this machine has a GPU device llama.cpp can offload to (CUDA, Metal, Vulkan ...).
+
+    Not llama.cpp's llama_supports_gpu_offload(): that one also says yes for every build with the
+    RPC backend (ours always has it), GPU or not, and "auto" would then pick GPU-only modes on a CPU.
+    """
     ensure_backend()
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    import llama_cpp._ggml as _ggml
+
+    lib = _ggml.libggml
+    lib.ggml_backend_dev_count.argtypes, lib.ggml_backend_dev_count.restype = [], ctypes.c_size_t
+    lib.ggml_backend_dev_get.argtypes, lib.ggml_backend_dev_get.restype = [ctypes.c_size_t], ctypes.c_void_p
+    lib.ggml_backend_dev_type.argtypes, lib.ggml_backend_dev_type.restype = [ctypes.c_void_p], ctypes.c_int
+    lib.ggml_backend_dev_name.argtypes, lib.ggml_backend_dev_name.restype = [ctypes.c_void_p], ctypes.c_char_p
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        name = lib.ggml_backend_dev_name(dev) or b""
+        if lib.ggml_backend_dev_type(dev) in (1, 2) and not name.startswith(b"RPC"):  # GPU, integrated GPU
+            return True
+    return False
 
 
 def system_info() -> str:
@@ -190,7 +207,8 @@ class LlamaModel:
         the weights row by row (so K <= 2 would cost as much as plain steps) and still parted from
         one-token decoding at a 0.10 margin. GPU kernels have their own switches, unmeasured: None.
         """
-        if self.config.repack or (self.config.n_gpu_layers != 0 and supports_gpu_offload()):
+        remote = any(d.startswith("RPC") for d in self.config.devices or ())  # an RPC server's kernels
+        if self.config.repack or (self.config.n_gpu_layers != 0 and (supports_gpu_offload() or remote)):
             return None
         return 7
 

@@ -24,7 +24,7 @@ from typing import Literal
 import llama_cpp
 import llama_cpp._ggml as _ggml
 
-from app.llama_backend.core import add_log_sink, device_array, ensure_backend, remove_log_sink
+from app.llama_backend.core import add_log_sink, device_array, ensure_backend, remove_log_sink, supports_gpu_offload
 from app.memory.predict import REPACK_ARM_I8MM, REPACK_X86, Buffer, BuildSpec, GpuSpec, ModelSettings
 
 DeviceType = Literal["cpu", "gpu", "igpu", "accel", "meta"]
@@ -222,7 +222,7 @@ def capabilities() -> Capabilities:
     info = _text(llama_cpp.llama_print_system_info())
     features = frozenset(m.group(1) for m in re.finditer(r"(\w+) = 1", info))
     return Capabilities(
-        bool(llama_cpp.llama_supports_gpu_offload()), tuple(backends()), features, info.strip()
+        supports_gpu_offload(), tuple(backends()), features, info.strip()
     )
 
 
