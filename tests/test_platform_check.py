@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,24 @@ def test_under_xvfb_the_check_passes_and_the_app_starts_on_xcb(smol_path: Path, 
     assert "platforms/libqxcb.so\" loaded library" in res.stderr, tail  # Qt chose xcb itself
     assert QT_ABORT not in res.stderr and "cannot open a window" not in res.stderr
     assert shot.stat().st_size > 10_000
+
+
+def test_from_the_menu_the_message_is_shown_in_a_dialog(broken_pyside: Path, tmp_path: Path) -> None:
+    """Started from the applications menu nobody reads stderr: the message goes to a desktop dialog."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    record = tmp_path / "shown.txt"
+    tool = fake / "zenity"
+    tool.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{record}"\n')
+    tool.chmod(0o755)
+    env = desktop_env(PYTHONPATH=str(broken_pyside), DISPLAY=":97", SPECCHAT_HOME=str(tmp_path / "home"),
+                      PATH=f"{fake}{os.pathsep}{os.environ.get('PATH', '')}")
+    res = subprocess.run([sys.executable, "-m", "ui.shell.entry", "gui"], cwd=ROOT, env=env,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert res.returncode == platform_check.EXIT_CODE, res.stderr
+    for _ in range(50):  # the dialog is started detached
+        if record.exists() and record.read_text():
+            break
+        time.sleep(0.1)
+    shown = record.read_text()
+    assert "--error" in shown and "libxcb-iccXm.so.4" in shown and "sudo apt install" in shown

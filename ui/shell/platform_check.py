@@ -185,13 +185,40 @@ def problem(env: Mapping[str, str] | None = None, program: str = "specchat") -> 
         return None
 
 
+# Shown when no terminal sees stderr (started from the applications menu): tools that need no Qt.
+_DIALOGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("zenity", ("--error", "--no-markup", "--title", "SpecChat", "--text")),
+    ("kdialog", ("--title", "SpecChat", "--error")),
+    ("xmessage", ("-center", "-title", "SpecChat")),
+    ("notify-send", ("--urgency", "critical", "--app-name", "SpecChat", "SpecChat cannot open a window")),
+)
+
+
+def show_outside_terminal(text: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Show `text` in a desktop dialog when stderr reaches no terminal; the tool used, or None."""
+    env = os.environ if env is None else env
+    if sys.stderr.isatty() or not (env.get("DISPLAY") or env.get("WAYLAND_DISPLAY")):
+        return None
+    for tool, args in _DIALOGS:
+        exe = shutil.which(tool, path=env.get("PATH"))
+        if exe:
+            try:
+                subprocess.Popen([exe, *args, text], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True, env=dict(env))
+            except OSError:
+                continue
+            return tool
+    return None
+
+
 def refuse_if_broken(program: str = "") -> int:
-    """0 to go on; else the message is on stderr and this is the exit code."""
+    """0 to go on; else the message is on stderr (and in a dialog without a terminal): the exit code."""
     name = program or Path(sys.argv[0]).name
     text = problem(program=name if name and not name.endswith(".py") else "specchat")
     if text is None:
         return 0
     print(text, file=sys.stderr, flush=True)
+    show_outside_terminal(text)
     return EXIT_CODE
 
 
