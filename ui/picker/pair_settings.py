@@ -215,9 +215,10 @@ class PairSettings(QWidget):
         self.changed.emit()
 
     def _elsewhere(self, p: PairPrediction) -> str:
-        """The devices besides the meter's (other GPUs, RPC servers' devices), one line each."""
-        lines = [f"\n{device_label(u.device)}: {u.predicted_bytes / GiB:.2f} of {u.free_bytes / GiB:.1f} GiB free"
-                 for u in p.uses if u.device != p.primary.device and u.predicted_bytes > 0 and u.kind == "gpu"]
+        """The devices besides the meter's (other GPUs, RPC servers' devices, RAM), one line each."""
+        lines = [f"\n{'system RAM' if u.kind == 'ram' else device_label(u.device)}: {u.predicted_bytes / GiB:.2f} "
+                 f"GiB predicted of {u.free_bytes / GiB:.1f} GiB free"
+                 for u in p.uses if u.device != p.primary.device and u.predicted_bytes > 0]
         return "".join(lines)
 
     def _status_text(self, p: PairPrediction) -> str:
