@@ -22,17 +22,29 @@ def _stamp(seconds: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
 
 
-def message_summary(message: Message) -> str:
-    """The line under an assistant heading: mode, models, speed (as the window's footer)."""
-    parts = []
-    if message.mode:
-        parts.append(f"mode {message.mode}")
+SAMPLING_NAMES = {"greedy": "greedy", "recommended": "recommended sampling", "custom": "custom sampling"}
+
+
+def message_meta(message: Message) -> str:
+    """What made an assistant's reply: mode, sampling, models, comparison (the window's grey line)."""
+    if message.role != "assistant":
+        return ""
+    parts = [f"mode {message.mode}"] if message.mode else []
     preset = (message.sampling or {}).get("preset")
     if preset:
-        parts.append("greedy" if preset == "greedy" else f"{preset} sampling")
+        parts.append(SAMPLING_NAMES.get(preset, str(preset)))
     models = message.models or {}
     if models.get("target"):
         parts.append(str(models["target"]) + (f" + {models['draft']}" if models.get("draft") else ""))
+    if message.compare and message.compare.get("speedup"):
+        parts.append(f"×{message.compare['speedup']:.2f} vs plain")
+    return " · ".join(parts)
+
+
+def message_summary(message: Message) -> str:
+    """The line under an assistant heading: what made it (as the window's meta line), then speed."""
+    meta = message_meta(message)
+    parts = [meta] if meta else []
     stats = message.stats or {}
     if stats.get("n_tokens"):
         parts.append(f"{stats['n_tokens']} tokens at {stats.get('tokens_per_second', 0.0):.1f} tok/s")

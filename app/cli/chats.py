@@ -16,13 +16,13 @@ from app import settings as settings_mod
 from app.atomic import atomic_write_text
 from app.chat.conversations import ChatStore
 from app.chat.export import FORMATS, export
-from app.cli.options import UserError
+from app.cli.options import UserError, usage
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     chats = subparsers.add_parser("chats", help="list and export the saved conversations")
     csub = chats.add_subparsers(dest="chats_command", metavar="COMMAND")
-    chats.set_defaults(func=lambda _args: _usage(chats))
+    chats.set_defaults(func=lambda _args: usage(chats))
     lst = csub.add_parser("list", help="id, title, last update and message count, newest first")
     lst.add_argument("--json", action="store_true", help="print one JSON list")
     lst.add_argument("--folder", type=Path, help="the conversations folder (default: the profile's)")
@@ -33,11 +33,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     exp.add_argument("-o", "--output", type=Path, help="write to this file (atomically) instead of stdout")
     exp.add_argument("--folder", type=Path, help="the conversations folder (default: the profile's)")
     exp.set_defaults(func=_cmd_export)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return 2
 
 
 def _store(folder: Path | None) -> ChatStore:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from app import paths
+from app.cli.options import usage
 from app.models import hub
 from app.models.demo_pair import FetchCancelled, FetchError, fetch_demo
 from app.models.library import LibraryEntry, list_models
@@ -32,7 +33,7 @@ def register(
     `pull`, `pull-pair` and `pairs` (or pass their registration functions as `models_hooks`)."""
     models = subparsers.add_parser("models", help="list, download and check local GGUF models")
     msub = models.add_subparsers(dest="models_command", metavar="COMMAND")
-    models.set_defaults(func=lambda args: _usage(models))
+    models.set_defaults(func=lambda args: usage(models))
 
     fetch = msub.add_parser(
         "fetch-demo", help="download and verify the demo pair (Qwen2.5-Coder 1.5B + 0.5B)"
@@ -59,11 +60,6 @@ def register(
     check.add_argument("--json", action="store_true", help="print the findings as one JSON object")
     check.set_defaults(func=_cmd_check_pair)
     return msub
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return 2
 
 
 def _error(message: str) -> None:

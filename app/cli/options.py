@@ -4,6 +4,7 @@ generation flags, and how they combine with the saved settings and the demo pair
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +22,12 @@ EXIT_BAD_INPUT = 2
 
 class UserError(Exception):
     """Bad input: printed as one line, exit 2."""
+
+
+def usage(parser: argparse.ArgumentParser) -> int:
+    """A command group run without its subcommand: its help on stderr, exit 2."""
+    parser.print_help(sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:

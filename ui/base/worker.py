@@ -131,13 +131,13 @@ class _Runner(QObject):
             self._put("done", "", False)
             return
         try:
-            messages = self._fit(job)
+            prompt = self._fit(job)
         except Exception as exc:  # noqa: BLE001 - a template or tokenizer error
             log.info("fitting the context failed", exc_info=True)
             self._put("error", "run", _describe(exc))
             self._put("done", "", False)
             return
-        if messages is None:
+        if prompt is None:
             self._put("done", "", True)
             return
         for name, params in job.runs:
@@ -146,7 +146,7 @@ class _Runner(QObject):
             self._put("start", name, params)
             try:
                 cancelled = False
-                for event in self._session.generate_chat(messages, params, cancel):
+                for event in self._session.generate(prompt, params, cancel):
                     if isinstance(event, FinishEvent):
                         self._put("finish", name, event)
                         cancelled = event.stats.finish_reason == "cancelled"
@@ -161,8 +161,9 @@ class _Runner(QObject):
                 break
         self._put("done", "", ok)
 
-    def _fit(self, job: Job) -> list[dict[str, str]] | None:
-        """The history to send, fitted to the context as the job says; None when it asked first."""
+    def _fit(self, job: Job) -> list[int] | None:
+        """The templated history's tokens, fitted to the context as the job says; None when it asked
+        first. Tokenized once here and reused for the reply (a long chat takes a while to template)."""
         from app.chat.context_fit import fit_messages, reply_room
 
         messages = list(job.messages)
@@ -172,10 +173,11 @@ class _Runner(QObject):
         def count(msgs: list[dict[str, str]]) -> int:
             return len(self._session.chat_prompt(msgs))
 
-        needed = count(messages)
+        prompt = self._session.chat_prompt(messages)
+        needed = len(prompt)
         self._put("context", "", (needed, n_ctx))
         if needed + room <= n_ctx:
-            return messages
+            return list(prompt)
         if job.overflow == "ask":
             self._put("overflow", "", (needed, n_ctx))
             return None
@@ -184,7 +186,7 @@ class _Runner(QObject):
             raise ValueError(f"The newest prompt alone needs {fit.prompt_tokens} tokens, which leaves no room for a "
                              f"reply in the {n_ctx}-token context: shorten it, or raise Context in Settings.")
         self._put("trimmed", "", (fit.dropped_turns, fit.prompt_tokens, n_ctx))
-        return fit.messages
+        return list(self._session.chat_prompt(fit.messages))
 
     @Slot()
     def close(self) -> None:

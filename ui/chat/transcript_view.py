@@ -29,6 +29,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QTextBrowser, QToolTip, QWidget
 
 from app.chat.conversations import Message
+from app.chat.export import message_meta
 from ui.base.token_style import PROP_FATE, PROP_GHOST, tooltip
 from ui.chat.markdown_render import DIM, ReplyRenderer
 from ui.chat.reply_stream import ReplyStream, Span
@@ -42,25 +43,6 @@ ACTION_SCHEME = "specchat"  # specchat:ACTION/INDEX, the per-message controls
 PROP_ACTION = QTextCharFormat.Property.UserProperty + 20  # on control links: left out of copies
 USER_ACTIONS = (("edit", "Edit"), ("copy", "Copy"), ("delete", "Delete"))
 REPLY_ACTIONS = (("copy", "Copy"), ("regenerate", "Regenerate"), ("delete", "Delete"))
-SAMPLING_NAMES = {"greedy": "greedy", "recommended": "recommended sampling", "custom": "custom sampling"}
-
-
-def message_meta(message: Message) -> str:
-    """The grey line beside an assistant's name: mode, sampling, models, comparison."""
-    if message.role != "assistant":
-        return ""
-    parts = [f"mode {message.mode}"] if message.mode else []
-    preset = (message.sampling or {}).get("preset")
-    if preset:
-        parts.append(SAMPLING_NAMES.get(preset, str(preset)))
-    models = message.models or {}
-    if models.get("target"):
-        parts.append(str(models["target"]) + (f" + {models['draft']}" if models.get("draft") else ""))
-    if message.compare and message.compare.get("speedup"):
-        parts.append(f"×{message.compare['speedup']:.2f} vs plain")
-    return " · ".join(parts)
-
-
 def footer_text(message: Message) -> str:
     s = message.stats or {}
     parts = []
