@@ -177,12 +177,9 @@ def _cmd_memory(args: argparse.Namespace) -> int:
     try:
         target = read_gguf(args.model)
         draft = read_gguf(args.model_draft) if args.model_draft else None
-        placing = PairConfig(Path(args.model), rpc=rpc.parse_endpoints(args.rpc))
-        build, devices = memory_plan.build_for(placing)  # connects to the RPC servers first
-        target_devs, draft_devs = memory_plan.model_devices(placing)
-        draft_build = build if draft_devs is None else replace(
-            build, gpus=tuple(g for g in build.gpus if g.name in draft_devs))
-        device_budgets = budgets(devices)
+        placing = memory_plan.placing_for(PairConfig(Path(args.model), rpc=rpc.parse_endpoints(args.rpc)))
+        build, draft_build = placing.build, placing.draft_build
+        device_budgets = budgets(placing.devices)
         margin = int(args.margin * GiB)
         common = ModelSettings(
             n_ctx=args.ctx_size,
@@ -193,9 +190,9 @@ def _cmd_memory(args: argparse.Namespace) -> int:
             n_ubatch=args.ubatch_size,
         )
         ts = replace(common, n_gpu_layers=args.n_gpu_layers, n_outputs=max(args.draft_max, 0) + 1,
-                     devices=target_devs)
+                     devices=placing.target_devices)
         ds = replace(common, n_gpu_layers=args.n_gpu_layers_draft, n_ctx=args.ctx_size_draft or args.ctx_size,
-                     devices=draft_devs)
+                     devices=placing.draft_devices)
         source = None if args.model_compute else memory_plan.compute_source(build)
         fit = None
         if args.fit:

@@ -3,11 +3,11 @@ settings (n_outputs_max, repacking) and this llama.cpp build's devices. Checked 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from app.engine.pair_config import PairConfig
 from app.llama_backend import rpc
-from app.llama_backend.devices import build_spec, dry_run_compute, list_devices
+from app.llama_backend.devices import Device, build_spec, dry_run_compute, list_devices
 from app.memory import (
     DEFAULT_MARGIN,
     BuildSpec,
@@ -37,45 +37,55 @@ def model_settings(cfg: PairConfig, role: str, draft_max: int = 6) -> ModelSetti
     )
 
 
-def model_devices(cfg: PairConfig) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
-    """(target's, draft's) llama.cpp devices for ModelConfig.devices; None: llama.cpp's default.
+@dataclass(frozen=True)
+class Placing:
+    """Where a pair's models may go on this build: each model's llama.cpp devices (for
+    ModelConfig.devices and ModelSettings.devices; None: llama.cpp's default, every GPU device) and
+    each model's BuildSpec for the prediction, plus the devices whose budgets count."""
+
+    build: BuildSpec  # the target's: its GPUs in the order llama.cpp splits layers over them
+    draft_build: BuildSpec
+    devices: list[Device]
+    target_devices: tuple[str, ...] | None = None
+    draft_devices: tuple[str, ...] | None = None
+
+
+def placing_for(cfg: PairConfig) -> Placing:
+    """Connect to the config's RPC servers (checked first, once per process) and place both models.
 
     With RPC servers, the target gets their devices first (llama.cpp's own order: it puts RPC devices
     at the front to keep network transfers few) and then the local GPUs; the draft only the local GPUs.
+    Devices are listed once: an RPC device's memory is a question to its server.
     """
-    if not cfg.rpc and not rpc.connected():
-        return None, None
-    remote = [d.name for d in rpc.connect(cfg.rpc)]
-    local = [d.name for d in list_devices() if d.type in ("gpu", "igpu") and not rpc.is_rpc_device(d.name)]
-    return tuple(remote + local), tuple(local)
-
-
-def build_for(cfg: PairConfig) -> tuple[BuildSpec, list]:
-    """The target's build (its devices in llama.cpp's order) and every device's budget."""
-    target_devs, _ = model_devices(cfg)  # connects to the RPC servers first, so their devices are listed
+    remote = [d.name for d in rpc.connect(cfg.rpc)] if cfg.rpc or rpc.connected() else None
     devices = list_devices()
     build = build_spec(devices)
-    if target_devs is not None:
-        by_name = {g.name: g for g in build.gpus}
-        build = replace(build, gpus=tuple(by_name[n] for n in target_devs if n in by_name))
-        devices = [d for d in devices if not rpc.is_rpc_device(d.name) or d.name in target_devs]
     if not cfg.repack:
         build = replace(build, repack_types=frozenset())  # SpecSession loads without CPU repacking
-    return build, devices
+    if remote is None:
+        return Placing(build, build, devices)
+    local = [d.name for d in devices if d.type in ("gpu", "igpu") and not rpc.is_rpc_device(d.name)]
+    target_devs, draft_devs = tuple(remote + local), tuple(local)
+    by_name = {g.name: g for g in build.gpus}
+    return Placing(
+        replace(build, gpus=tuple(by_name[n] for n in target_devs if n in by_name)),
+        replace(build, gpus=tuple(by_name[n] for n in draft_devs if n in by_name)),
+        [d for d in devices if not rpc.is_rpc_device(d.name) or d.name in target_devs],
+        target_devs,
+        draft_devs,
+    )
 
 
-def predict_for_config(cfg: PairConfig, draft_max: int = 6, margin: int = DEFAULT_MARGIN) -> PairPrediction:
-    build, devices = build_for(cfg)
-    _, draft_devs = model_devices(cfg)
-    draft_build = build if draft_devs is None else replace(
-        build, gpus=tuple(g for g in build.gpus if g.name in draft_devs))
+def predict_for_config(cfg: PairConfig, draft_max: int = 6, margin: int = DEFAULT_MARGIN,
+                       placing: Placing | None = None) -> PairPrediction:
+    placing = placing or placing_for(cfg)
     target = read_gguf(cfg.target)
     draft = read_gguf(cfg.draft) if cfg.draft else None
-    target_devs, _ = model_devices(cfg)
-    t_settings = replace(model_settings(cfg, "target", draft_max), devices=target_devs)
-    d_settings = replace(model_settings(cfg, "draft", draft_max), devices=draft_devs)
-    return predict_pair(target, draft, t_settings, d_settings if draft else None, build, budgets(devices), margin,
-                        compute_source=compute_source(build), draft_build=draft_build)
+    t_settings = replace(model_settings(cfg, "target", draft_max), devices=placing.target_devices)
+    d_settings = replace(model_settings(cfg, "draft", draft_max), devices=placing.draft_devices)
+    return predict_pair(target, draft, t_settings, d_settings if draft else None, placing.build,
+                        budgets(placing.devices), margin, compute_source=compute_source(placing.build),
+                        draft_build=placing.draft_build)
 
 
 def compute_source(build: BuildSpec) -> ComputeSource | None:
@@ -86,8 +96,8 @@ def compute_source(build: BuildSpec) -> ComputeSource | None:
     return lambda info, settings: dry_run_compute(info.path, settings)
 
 
-def check_fits(cfg: PairConfig, draft_max: int = 6) -> PairPrediction:
+def check_fits(cfg: PairConfig, draft_max: int = 6, placing: Placing | None = None) -> PairPrediction:
     """Raise WontFitError (overshoot and the fix) when the pair is predicted not to fit."""
-    prediction = predict_for_config(cfg, draft_max)
+    prediction = predict_for_config(cfg, draft_max, placing=placing)
     require_fit(prediction)
     return prediction

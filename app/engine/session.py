@@ -22,7 +22,7 @@ from app.engine.drafters import (
     auto_mode,
 )
 from app.engine.events import Event
-from app.engine.memory_plan import check_fits, model_devices, predict_for_config
+from app.engine.memory_plan import check_fits, placing_for, predict_for_config
 from app.engine.pair_config import PairConfig
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import SpecEngine, SpecParams
@@ -64,12 +64,12 @@ class SpecSession:
         self._closed = False
         if config.draft is not None:
             check_pair_or_raise(config.target, config.draft)
+        self.placing = placing_for(config)  # RPC servers joined (and checked) here
         if not config.force:
-            self.prediction = check_fits(config)  # both models counted, before any weights load
+            self.prediction = check_fits(config, placing=self.placing)  # both models counted, before loading
         report = progress or (lambda _label, _fraction: None)
-        target_devs, draft_devs = model_devices(config)  # RPC servers joined (and checked) here
         self.target_model = LlamaModel(ModelConfig(config.target, config.n_gpu_layers, repack=config.repack,
-                                                   devices=target_devs),
+                                                   devices=self.placing.target_devices),
                                        progress=lambda f: report("target", f) is not False)
         ctx_cfg = ContextConfig(n_ctx=config.n_ctx, n_batch=config.n_batch, n_ubatch=config.n_batch,
                                 n_threads=config.n_threads, flash_attn=config.flash_attn,
@@ -79,7 +79,7 @@ class SpecSession:
         self.draft_ctx: LlamaContext | None = None
         if config.draft is not None:
             self.draft_model = LlamaModel(ModelConfig(config.draft, config.n_gpu_layers_draft, repack=config.repack,
-                                                      devices=draft_devs),
+                                                      devices=self.placing.draft_devices),
                                           progress=lambda f: report("draft", f) is not False)
             self.draft_ctx = LlamaContext(self.draft_model, replace(ctx_cfg, n_ctx=config.n_ctx_draft or config.n_ctx))
         self._engines: dict[str, SpecEngine] = {}
@@ -122,7 +122,7 @@ class SpecSession:
     def device_layers(self) -> list[dict[str, Any]]:
         """Where each model's layers went: [{model, name, kind, layers, endpoint?}] (llama.cpp counts the
         output layer as one more), from the prediction of exactly what was loaded."""
-        pred = getattr(self, "prediction", None) or predict_for_config(self.config)
+        pred = getattr(self, "prediction", None) or predict_for_config(self.config, placing=self.placing)
         out: list[dict[str, Any]] = []
         for m in (pred.target, pred.draft):
             if m is None:

@@ -77,19 +77,41 @@ def supports_gpu_offload() -> bool:
     RPC backend (ours always has it), GPU or not, and "auto" would then pick GPU-only modes on a CPU.
     """
     ensure_backend()
-    import llama_cpp._ggml as _ggml
-
-    lib = _ggml.libggml
-    lib.ggml_backend_dev_count.argtypes, lib.ggml_backend_dev_count.restype = [], ctypes.c_size_t
-    lib.ggml_backend_dev_get.argtypes, lib.ggml_backend_dev_get.restype = [ctypes.c_size_t], ctypes.c_void_p
-    lib.ggml_backend_dev_type.argtypes, lib.ggml_backend_dev_type.restype = [ctypes.c_void_p], ctypes.c_int
-    lib.ggml_backend_dev_name.argtypes, lib.ggml_backend_dev_name.restype = [ctypes.c_void_p], ctypes.c_char_p
+    lib = ggml_devices()
     for i in range(lib.ggml_backend_dev_count()):
         dev = lib.ggml_backend_dev_get(i)
-        name = lib.ggml_backend_dev_name(dev) or b""
-        if lib.ggml_backend_dev_type(dev) in (1, 2) and not name.startswith(b"RPC"):  # GPU, integrated GPU
+        name = (lib.ggml_backend_dev_name(dev) or b"").decode()
+        if lib.ggml_backend_dev_type(dev) in (1, 2) and not is_rpc_device(name):  # GPU, integrated GPU
             return True
     return False
+
+
+def is_rpc_device(name: str) -> bool:
+    """llama.cpp names RPC devices RPC0, RPC1 ... in the order servers were added."""
+    return name.startswith("RPC") and name[3:].isdigit()
+
+
+_devices_lib: ctypes.CDLL | None = None
+
+
+def ggml_devices() -> ctypes.CDLL:
+    """llama_cpp._ggml's libggml with the device-registry prototypes set (llama-cpp-python binds none)."""
+    global _devices_lib
+    if _devices_lib is None:
+        import llama_cpp._ggml as _ggml
+
+        lib, vp, sz = _ggml.libggml, ctypes.c_void_p, ctypes.c_size_t
+        for name, args, res in (
+            ("ggml_backend_dev_count", [], sz),
+            ("ggml_backend_dev_get", [sz], vp),
+            ("ggml_backend_dev_name", [vp], ctypes.c_char_p),
+            ("ggml_backend_dev_type", [vp], ctypes.c_int),
+            ("ggml_backend_dev_by_name", [ctypes.c_char_p], vp),
+        ):
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, res
+        _devices_lib = lib
+    return _devices_lib
 
 
 def system_info() -> str:
@@ -131,10 +153,7 @@ _GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "
 
 
 def device_array(names: Sequence[str]) -> ctypes.Array[ctypes.c_void_p]:
-    import llama_cpp._ggml as _ggml
-
-    lib = _ggml.libggml
-    lib.ggml_backend_dev_by_name.argtypes, lib.ggml_backend_dev_by_name.restype = [ctypes.c_char_p], ctypes.c_void_p
+    lib = ggml_devices()
     handles = []
     for name in names:
         dev = lib.ggml_backend_dev_by_name(name.encode())
@@ -207,7 +226,7 @@ class LlamaModel:
         the weights row by row (so K <= 2 would cost as much as plain steps) and still parted from
         one-token decoding at a 0.10 margin. GPU kernels have their own switches, unmeasured: None.
         """
-        remote = any(d.startswith("RPC") for d in self.config.devices or ())  # an RPC server's kernels
+        remote = any(is_rpc_device(d) for d in self.config.devices or ())  # an RPC server's kernels
         if self.config.repack or (self.config.n_gpu_layers != 0 and (supports_gpu_offload() or remote)):
             return None
         return 7

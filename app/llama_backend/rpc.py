@@ -25,7 +25,7 @@ from pathlib import Path
 import llama_cpp
 import llama_cpp._ggml as _ggml
 
-from app.llama_backend.core import LlamaError, ensure_backend
+from app.llama_backend.core import LlamaError, ensure_backend, ggml_devices, is_rpc_device
 
 DEFAULT_PORT = 50052
 PROBE_TIMEOUT_S = 20.0
@@ -123,16 +123,11 @@ def _rpc() -> ctypes.CDLL:
         lib.ggml_backend_rpc_get_device_memory.argtypes = [ctypes.c_char_p, ctypes.c_uint32,
                                                            ctypes.POINTER(sz), ctypes.POINTER(sz)]
         lib.ggml_backend_rpc_get_device_memory.restype = None
-        g = _ggml.libggml
+        g = ggml_devices()  # the device prototypes; the registry ones below
         for name, args, res in (
             ("ggml_backend_register", [vp], None),
             ("ggml_backend_reg_dev_count", [vp], sz),
             ("ggml_backend_reg_dev_get", [vp, sz], vp),
-            ("ggml_backend_dev_name", [vp], ctypes.c_char_p),
-            ("ggml_backend_dev_by_name", [ctypes.c_char_p], vp),
-            ("ggml_backend_dev_count", [], sz),
-            ("ggml_backend_dev_get", [sz], vp),
-            ("ggml_backend_dev_type", [vp], ctypes.c_int),
         ):
             fn = getattr(g, name)
             fn.argtypes, fn.restype = args, res
@@ -180,11 +175,6 @@ def connect(endpoints: Sequence[str]) -> list[RemoteDevice]:
 def connected() -> dict[str, tuple[RemoteDevice, ...]]:
     with _lock:
         return dict(_connected)
-
-
-def is_rpc_device(device_name: str) -> bool:
-    """llama.cpp names RPC devices RPC0, RPC1 ... in the order servers were added."""
-    return device_name.startswith("RPC") and device_name[3:].isdigit()
 
 
 def endpoint_of(device_name: str) -> str | None:
@@ -310,7 +300,7 @@ def local_device_names() -> list[str]:
     _rpc()
     g = _ggml.libggml
     names = [g.ggml_backend_dev_name(g.ggml_backend_dev_get(i)).decode() for i in range(g.ggml_backend_dev_count())]
-    return [n for n in names if not n.startswith("RPC")]
+    return [n for n in names if not is_rpc_device(n)]
 
 
 def serve(host: str, port: int, devices: Sequence[str] = (), cache_dir: str | None = None,
@@ -327,7 +317,7 @@ def serve(host: str, port: int, devices: Sequence[str] = (), cache_dir: str | No
     handles = []
     for name in names:
         dev = g.ggml_backend_dev_by_name(name.encode())
-        if not dev or name.startswith("RPC"):
+        if not dev or is_rpc_device(name):
             raise RpcError(f"rpc-server: no device {name!r} here; devices: {', '.join(local_device_names())}")
         handles.append(dev)
     if cache_dir:

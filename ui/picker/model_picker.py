@@ -76,11 +76,8 @@ def detect_devices(rpc: str = "") -> tuple[BuildSpec, list[DeviceBudget], BuildS
         from app.engine.pair_config import PairConfig
 
         servers = tuple(e.strip() for e in rpc.split(",") if e.strip())
-        placing = PairConfig(Path("unused.gguf"), rpc=servers)
-        build, devices = memory_plan.build_for(placing)
-        _, local = memory_plan.model_devices(placing)
-        draft = None if local is None else replace(build, gpus=tuple(g for g in build.gpus if g.name in local))
-        return build, budgets(devices), draft
+        placing = memory_plan.placing_for(PairConfig(Path("unused.gguf"), rpc=servers))
+        return placing.build, budgets(placing.devices), placing.draft_build
     except Exception:  # no llama_cpp, no backend, an RPC server down: the meter still works against RAM
         log.info("devices could not be read", exc_info=True)
         return BuildSpec(), budgets(), None

@@ -76,12 +76,10 @@ def meter_state(used: int, budget: int, margin: int) -> str:
 
 def device_label(name: str) -> str:
     """A device as the user knows it: an RPC device by its server ("RPC0 · 10.0.0.2:50052")."""
-    if name.startswith("RPC") and name[3:].isdigit():
-        from app.llama_backend import rpc  # loaded already: RPC devices exist only once it connected
+    from app.llama_backend import rpc
 
-        endpoint = rpc.endpoint_of(name)
-        return f"{name} · {endpoint}" if endpoint else name
-    return name
+    endpoint = rpc.endpoint_of(name) if rpc.is_rpc_device(name) else None
+    return f"{name} · {endpoint}" if endpoint else name
 
 
 def _gib(n: int) -> str:
