@@ -192,18 +192,34 @@ def test_events_say_why():
     assert "acceptance" in event.reason and "verify(" in event.reason and "plain" in event.reason
 
 
+def test_a_free_drafter_that_proposes_nothing_stays_on():
+    # Prompt lookup with no n-gram yet: its steps propose nothing and run plain, which costs nothing, so that is
+    # no evidence against drafting. (It used to be: drafting went off on the first empty step, with only the
+    # plain row count timed, and the reply's first copies then waited for probes.)
+    gov = Governor(k_max=6, k_start=3)
+    gov.observe(0, 1, 10.0, 0, 0, 0.0, False)
+    for step in range(1, 40):
+        gov.observe(step, 1, 10.0, 0, 0, 0.0, False, k_asked=gov.current_k())
+    assert gov.enabled and gov.current_k() == 3 and not gov.events
+    # A costly drafter that gives up at once paid for it: that does count.
+    costly = Governor(k_max=6, k_start=3)
+    costly.observe(0, 1, 10.0, 0, 0, 0.0, True)
+    for step in range(1, 40):
+        costly.observe(step, 1, 10.0, 0, 0, 8.0, True, k_asked=costly.current_k())
+    assert not costly.enabled
+
+
 def test_free_probe_times_a_row_count_never_timed():
-    # Prompt lookup with no n-gram yet: the first drafting steps propose nothing and drafting goes off with
-    # only plain steps timed. Untimed row counts are priced as serial, which never beats plain, so no free
-    # probe ever ran and lookup stayed off for the whole reply (found replaying the demo pair's traces).
+    # Drafting went off after short drafts failed, with only 3 rows timed. Untimed row counts used to be priced
+    # at the largest timed one's per-row cost, which never beats plain here, so no free probe ever ran.
     gov = Governor(k_max=6, k_start=3)
     gov.observe(0, 1, 10.0, 0, 0, 0.0, False)
     step = 1
     while gov.enabled and step < 40:
-        gov.observe(step, 1, 10.0, 0, 0, 0.0, False, k_asked=gov.current_k())
+        gov.observe(step, 3, 30.0, 2, 0, 0.0, False, k_asked=gov.current_k())
         step += 1
     assert not gov.enabled
-    for _ in range(20):  # long matches, all accepted, 7 rows for about the price of one
+    for _ in range(40):  # long matches, all accepted, 7 rows for about the price of one
         if gov.enabled:
             break
         if gov.free_probe(6):

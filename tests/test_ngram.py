@@ -162,7 +162,7 @@ def test_a_running_copy_resumes_right_after_an_edit() -> None:
     reply = list(prompt)
     edit = reply.index(115)
     reply[edit] = 999
-    drafter = LookupDrafter()
+    drafter = LookupDrafter(min_match=0, resync_min_match=0)  # the index's resync, unfiltered
     base = prompt + [0]
     drafter.prepare(base)
     context, i, drafts = base + reply[:3], 3, {}
@@ -203,7 +203,7 @@ def test_a_copy_with_edits_beats_the_previous_scan() -> None:
         if n % 7 == 0:
             edited[2:2] = [998, 997]  # insert an annotation
         reply += edited
-    steps, drafted, accepted = _oracle(LookupDrafter(), prompt, reply)
+    steps, drafted, accepted = _oracle(LookupDrafter(min_match=0, resync_min_match=0), prompt, reply)
     old_steps, old_drafted, old_accepted = _oracle(_ScanDrafter(), prompt, reply)  # type: ignore[arg-type]
     print(f"\ncopy with edits, {len(reply)} tokens: lookup {accepted}/{drafted} accepted in {steps} steps, "
           f"previous scan {old_accepted}/{old_drafted} in {old_steps}")
@@ -365,3 +365,14 @@ def test_lookup_and_hybrid_reproduce_plain_decoding_on_an_edit_prompt(demo_sessi
         assert run.tokens == plain.tokens, f"{name} parted from plain decoding"
         assert s.accepted >= 0.5 * s.n_tokens, f"{name}: too few tokens came from accepted drafts"
     assert lookup.stats.acceptance_rate >= 0.7
+
+
+def test_lookup_drafts_only_long_matches() -> None:
+    # A one- or two-token match in fresh text mostly fails, and a failed draft costs its verify rows (2.2 plain
+    # steps for 4 rows on a repacked CPU): the drafter waits for 3 agreeing context tokens (2 right after an
+    # edit, where a copy resumes: test_a_running_copy_resumes_right_after_an_edit's index feature).
+    twice = [1, 8, 9, 10, 2, 3, 8, 9, 10, 4, 40, 8, 9]  # (8, 9) seen twice, always before 10: a 2-token match
+    assert LookupDrafter().propose(twice, 4, GREEDY, RNG).tokens == ()
+    assert LookupDrafter(min_match=0).propose(twice, 4, GREEDY, RNG).tokens[:1] == (10,)
+    history = [5, 6, 7, 8, 9, 10, 11, 12]
+    assert LookupDrafter().propose(history + [40, 7, 8, 9], 4, GREEDY, RNG).tokens[:3] == (10, 11, 12)

@@ -89,32 +89,41 @@ class LookupDrafter(_ModelFree):
     mode = "lookup"
     costs_time = False
 
-    def __init__(self, params: NgramParams | None = None) -> None:
+    def __init__(self, params: NgramParams | None = None, min_match: int = 3, resync_min_match: int = 2) -> None:
         self.lookup = PromptLookup(params)
+        # Only matches of min_match context tokens or more are drafted (resync_min_match for a copy resuming
+        # next to where it broke off at an edit: it has re-found its spot). On a repacked CPU a failed 3-token
+        # draft costs 2.2 plain steps, and the one- and two-token matches of fresh text mostly fail
+        # (docs/BENCHMARKS.md, run 4).
+        self.min_match = min_match
+        self.resync_min_match = resync_min_match
 
     def prepare(self, context: list[int]) -> None:
         self.lookup.prepare(context)
 
     def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Draft:
-        return _ngram_draft(self.lookup, context, k, sampling) or NO_DRAFT
+        return _ngram_draft(self.lookup, context, k, sampling, self.min_match, self.resync_min_match) or NO_DRAFT
 
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         # A probe while drafting is off only for a long match: a failed probe costs its verify rows
         # (on a repacked CPU, a 2-row verify costs two plain steps), and the short accidental matches
         # of prose and fresh code were what made lookup 5-14% slower than plain there.
-        return _ngram_draft(self.lookup, context, k, sampling, PROBE_MIN_MATCH) or NO_DRAFT
+        return _ngram_draft(self.lookup, context, k, sampling, max(self.min_match, PROBE_MIN_MATCH)) or NO_DRAFT
 
 
 PROBE_MIN_MATCH = 4  # context tokens agreeing with a free probe's source (as hybrid's n-gram copies)
 
 
 def _ngram_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams,
-                 min_match: int = 0) -> Draft | None:
+                 min_match: int = 0, resync_min_match: int | None = None) -> Draft | None:
     """The n-gram continuation as a draft (point masses for sampled runs), committed to the index; None
-    when there is none, or its match is shorter than `min_match`."""
+    when there is none, or its match is shorter than `min_match` (`resync_min_match` for a copy resuming
+    next to where it broke off)."""
     start = time.perf_counter()
     proposal = lookup.propose(context, k)
-    if proposal is None or not proposal.tokens or proposal.match < min_match:
+    if proposal is None or not proposal.tokens:
+        return None
+    if proposal.match < (min_match if resync_min_match is None or not proposal.local else resync_min_match):
         return None
     lookup.commit(proposal)
     q = tuple(point_mass(t) for t in proposal.tokens) if not sampling.greedy else None

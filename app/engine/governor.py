@@ -270,7 +270,10 @@ class Governor:
 
     def _decide_on(self, step: int) -> GovernorEvent | None:
         costs = self._snapshot()
-        if costs is None or self._reached[1] + self._stopped[1] == 0:  # nothing drafted yet
+        # Nothing to judge before a draft was verified; a free drafter that proposed nothing cost nothing (the
+        # step ran plain), where a costly one that gave up at once paid for that.
+        tried = self._reached[1] + (self._stopped[1] if self._costs_time else 0.0)
+        if costs is None or tried == 0:
             self._next_k = self._plan(None, None)
             return None
         rates = self._rates(self.acceptance(), costs)
