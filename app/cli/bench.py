@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app import settings as settings_mod
+from app.atomic import atomic_write_text
 from app.cli import native_bench
 from app.cli.native_bench import NATIVE_MODES, PREFIX, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
@@ -455,6 +456,8 @@ def run_bench_cli(args: argparse.Namespace) -> int:
                             "specchat_system_info": ours, "same_build_features": native.system_info == ours}
     if reference:
         report["llama_cpp_python_prompt_lookup"] = reference
+    if args.json_out is not None:
+        atomic_write_text(args.json_out, json.dumps(report, indent=2) + "\n")
     if args.json:
         print(json.dumps(report, indent=2))
     else:

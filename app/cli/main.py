@@ -58,7 +58,9 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
                            "warm-up; medians and same-round ratios. --native DIR adds llama.cpp's own tools.")
     bench.add_argument("--prompts", type=Path, help="JSONL file: {\"id\", \"kind\"?, \"n_predict\"?} with "
                        "\"prompt\" (a string) or \"messages\" (a list of {\"role\", \"content\"})")
-    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--json", action="store_true", help="print the whole report as one JSON object")
+    bench.add_argument("--json-out", metavar="FILE", type=Path, default=None,
+                       help="also write that JSON report to FILE (atomically), while printing the table")
     bench.add_argument("--modes", default="none,lookup,hybrid,draft",
                        help="comma-separated modes (none is always run; auto means lookup on a CPU build, "
                        "hybrid on a GPU build)")
