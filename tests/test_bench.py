@@ -344,10 +344,13 @@ def _suite(tmp_path: Path) -> Path:
 
 
 def test_bench_cli_multi_turn_rows_and_new_fields(smol_path, tmp_path):
+    out = tmp_path / "reports" / "bench.json"
+    out.parent.mkdir()
     result = specchat("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none,lookup",
-                      "--repeat", 2, "-c", 512, home=tmp_path)
+                      "--repeat", 2, "-c", 512, "--json-out", out, home=tmp_path)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
+    assert json.loads(out.read_text()) == data  # --json-out writes the same report
     runs = data["runs"]
     assert [(r["prompt_id"], r["mode"]) for r in runs] == [("echo", "none"), ("echo", "lookup"),
                                                            ("turns", "none"), ("turns", "lookup")]
