@@ -228,3 +228,23 @@ def test_free_probe_times_a_row_count_never_timed():
             gov.observe(step, 1, 10.0, 0, 0, 0.0, False)
         step += 1
     assert gov.enabled and gov.events[-1].action == "enable"
+
+
+def test_a_free_drafters_first_short_drafts_do_not_price_full_ones():
+    # edit-fix-typos on a repacked CPU (docs/BENCHMARKS.md run 4): lookup's first drafts were cut to one token
+    # (2 rows, 1.7 plain steps), and a 4-row verify, never timed, was priced at that per-row cost, so drafting
+    # went off after three drafted tokens although 4 rows cost only 2.2 plain steps there.
+    def first_steps(costs_time: bool) -> Governor:
+        gov = Governor(k_max=6, k_start=3)
+        gov.observe(0, 1, 72.5, 0, 0, 0.0, costs_time)
+        gov.observe(1, 2, 126.7, 1, 1, 0.0, costs_time, k_asked=3)
+        gov.observe(2, 2, 126.7, 1, 0, 0.0, costs_time, k_asked=3)
+        return gov
+
+    gov = first_steps(costs_time=False)
+    assert gov.enabled and gov.current_k() >= 3  # the next draft times 4 rows or more
+    gov.observe(3, 4, 160.0, 3, 3, 0.0, False)
+    assert gov.enabled
+    assert gov.verify_ms(4) == 160.0
+    # A drafter that costs time is judged by the timed costs, as before: no optimism bought with its time.
+    assert not first_steps(costs_time=True).enabled

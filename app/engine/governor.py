@@ -277,7 +277,7 @@ class Governor:
             self._next_k = self._plan(None, None)
             return None
         rates = self._rates(self.acceptance(), costs)
-        optimistic = self._rates(self.acceptance() + self._z() * self.acceptance_sd(), costs)
+        optimistic = self._rates(self.acceptance() + self._z() * self.acceptance_sd(), self._early_costs(costs))
         if max(optimistic[1:]) < rates[0]:
             return self._disable(step, rates, optimistic)
         event = None
@@ -290,6 +290,22 @@ class Governor:
                                   f"K {before} -> {best}: {self._summary(rates, best)}")
         self._next_k = self._plan(rates, costs)
         return event
+
+    def _early_costs(self, costs: _Costs) -> _Costs:
+        """The costs the off decision judges by. A free drafter's first drafts are often cut short (a key that
+        failed once drafts one token), so the row count of a full draft at the current K is not timed yet, and
+        pricing it at the timed ones' per-row cost (a 2-row verify costs 1.7 plain steps on a repacked CPU, a
+        4-row one only 2.2) turned lookup off after three drafted tokens on copy prompts. Until there is
+        evidence, untimed row counts above the timed ones and up to K + 1 are priced at the least they can
+        cost, so they get timed: more drafting steps cost a free drafter only their verify rows. Larger K stay
+        priced as before."""
+        if self._costs_time or self._drafted >= self.tuning.min_evidence:
+            return costs
+        low = self._costs.optimistic_table()
+        assert low is not None  # costs exist, so something was timed
+        top = max(r for r in range(1, len(low)) if self._costs.measured(r))  # between timed ones, interpolation holds
+        verify = [low[r] if top < r <= self.k + 1 else ms for r, ms in enumerate(costs.verify)]
+        return _Costs(verify, costs.draft, costs.reach)
 
     def _plan(self, rates: list[float] | None, costs: _Costs | None) -> int:
         """The next step's K while drafting is on: K, a plain step to re-time, or a try of an untimed K +- 1."""
