@@ -219,7 +219,7 @@ def test_free_probe_times_a_row_count_never_timed():
         gov.observe(step, 3, 30.0, 2, 0, 0.0, False, k_asked=gov.current_k())
         step += 1
     assert not gov.enabled
-    for _ in range(40):  # long matches, all accepted, 7 rows for about the price of one
+    for _ in range(20):  # long matches, all accepted, 7 rows for about the price of one
         if gov.enabled:
             break
         if gov.free_probe(6):

@@ -456,10 +456,11 @@ def run_bench_cli(args: argparse.Namespace) -> int:
                             "specchat_system_info": ours, "same_build_features": native.system_info == ours}
     if reference:
         report["llama_cpp_python_prompt_lookup"] = reference
+    text = json.dumps(report, indent=2)
     if args.json_out is not None:
-        atomic_write_text(args.json_out, json.dumps(report, indent=2) + "\n")
+        atomic_write_text(args.json_out, text + "\n")
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(text)
     else:
         print(format_report(runs, report))
     return 0

@@ -29,6 +29,10 @@ class RowCosts:
     def measured(self, rows: int) -> bool:
         return 1 <= rows <= self.max_rows and self._seen[rows]
 
+    def largest_measured(self) -> int:
+        """The largest row count measured so far; 0 before any measurement."""
+        return max((r for r in range(1, self.max_rows + 1) if self._seen[r]), default=0)
+
     def table(self) -> list[float] | None:
         """Estimated ms for every row count (index = rows, index 0 unused); None before any measurement.
 

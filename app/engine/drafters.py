@@ -123,7 +123,8 @@ def _ngram_draft(lookup: PromptLookup, context: list[int], k: int, sampling: Sam
     proposal = lookup.propose(context, k)
     if proposal is None or not proposal.tokens:
         return None
-    if proposal.match < (min_match if resync_min_match is None or not proposal.local else resync_min_match):
+    needed = resync_min_match if proposal.local and resync_min_match is not None else min_match
+    if proposal.match < needed:
         return None
     lookup.commit(proposal)
     q = tuple(point_mass(t) for t in proposal.tokens) if not sampling.greedy else None

@@ -301,10 +301,10 @@ class Governor:
         priced as before."""
         if self._costs_time or self._drafted >= self.tuning.min_evidence:
             return costs
-        low = self._costs.optimistic_table()
-        assert low is not None  # costs exist, so something was timed
-        top = max(r for r in range(1, len(low)) if self._costs.measured(r))  # between timed ones, interpolation holds
-        verify = [low[r] if top < r <= self.k + 1 else ms for r, ms in enumerate(costs.verify)]
+        # The least a row count above the largest timed one can cost is that one's cost (monotonicity); between
+        # timed ones the table's interpolation holds.
+        top = self._costs.largest_measured()
+        verify = [costs.verify[top] if top < r <= self.k + 1 else ms for r, ms in enumerate(costs.verify)]
         return _Costs(verify, costs.draft, costs.reach)
 
     def _plan(self, rates: list[float] | None, costs: _Costs | None) -> int:
