@@ -55,6 +55,7 @@ class Settings:
     draft_min: int = 0
     draft_p_min: float = 0.75
     adaptive: bool = True
+    copy_max: int = 15  # long running copies: their own K limit (0: drafted like any other proposal)
     # Runtime
     n_ctx: int = 4096
     n_threads: int = 0
@@ -96,7 +97,7 @@ class Settings:
             mode=mode or self.mode,
             n_predict=self.n_predict,
             sampling=self.sampling_params(recommended, preset),
-            spec=SpecParams(self.draft_max, self.draft_min, self.draft_p_min, self.adaptive),
+            spec=SpecParams(self.draft_max, self.draft_min, self.draft_p_min, self.adaptive, copy_max=self.copy_max),
         )
 
     def pair_config(self, target: Path, draft: Path | None) -> PairConfig:

@@ -102,6 +102,11 @@ def test_draft_mode_without_a_draft_is_refused(smol_path, tmp_path):
                        "needs a draft model")
 
 
+def test_negative_copy_max_is_refused(smol_path, tmp_path):
+    assert_clean_error(specchat("generate", "-p", "hi", "-m", smol_path, "--copy-max", -1, home=tmp_path),
+                       "--copy-max -1")
+
+
 def test_bad_prompts_file(smol_path, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "x"}\nnot json\n')

@@ -248,3 +248,74 @@ def test_a_free_drafters_first_short_drafts_do_not_price_full_ones():
     assert gov.verify_ms(4) == 160.0
     # A drafter that costs time is judged by the timed costs, as before: no optimism bought with its time.
     assert not first_steps(costs_time=True).enabled
+
+
+# --- the copy governor: long running copies judged on their own, sharing the row costs -------------------
+
+# The run-4 CPU (docs/BENCHMARKS.md): ms by row count, dear in the middle and cheap again at 16 rows.
+_CPU_ROWS = {1: 75.0, 2: 126.0, 3: 155.0, 4: 167.0, 5: 212.0, 6: 245.0, 7: 287.0, 8: 433.0, 16: 506.0}
+
+
+def _cpu_ms(rows: int) -> float:
+    known = sorted(_CPU_ROWS)
+    return _CPU_ROWS[rows] if rows in _CPU_ROWS else _CPU_ROWS[min(r for r in known if r >= rows)]
+
+
+def test_a_copy_governor_reaches_a_cheap_top_k_past_dear_middle_rows():
+    from app.engine.cost_model import RowCosts
+    from app.engine.governor import COPY_TUNING
+
+    costs = RowCosts(16)
+    drafts = Governor(k_max=6, k_start=3, costs=costs)
+    copies = Governor(k_max=15, k_start=3, tuning=COPY_TUNING, costs=costs, scope="copy", plain_first=False)
+    drafts.observe(0, 1, _cpu_ms(1), 0, 0, 0.0, False)  # the draft governor's plain step times row 1 for both
+    assert copies.current_k() == 3  # no plain step of its own
+    ks = []
+    for step in range(1, 40):  # perfect copies
+        k = copies.current_k()
+        ks.append(k)
+        copies.observe(step, k + 1, _cpu_ms(k + 1), k, k, 0.0, False)
+        drafts.idle(k + 1)
+    assert 15 in ks[:6], ks  # the top was tried early, although 8 rows cost 5.8 plain steps
+    assert copies.active_k == 15 and ks[-5:] == [15] * 5
+    grow = next(e for e in copies.events if e.action == "grow")
+    assert grow.scope == "copy" and all(e.scope == "draft" for e in drafts.events)
+
+
+def test_a_copy_governor_drops_long_copies_that_fail():
+    from app.engine.cost_model import RowCosts
+    from app.engine.governor import COPY_TUNING
+
+    costs = RowCosts(16)
+    costs.add(1, _cpu_ms(1))
+    copies = Governor(k_max=15, k_start=3, tuning=COPY_TUNING, costs=costs, scope="copy", plain_first=False)
+    for step in range(40):  # copies that break off at once
+        k = copies.current_k()
+        if k == 0:
+            break
+        copies.observe(step, k + 1, _cpu_ms(k + 1), k, 0, 0.0, False)
+    assert not copies.enabled and copies.events[-1].action == "disable"
+    assert "drafting long copies off" in copies.events[-1].reason
+
+
+def test_idle_steps_count_down_the_wait_for_a_free_probe():
+    gov = Governor(k_max=6, k_start=3)
+    gov.observe(0, 1, 40.0, 0, 0, 0.0, False)
+    step = 1
+    while gov.enabled:  # free drafts that all fail
+        k = gov.current_k()
+        gov.observe(step, k + 1, 40.0 + 20.0 * k, k, 0, 0.0, False)
+        step += 1
+    assert not gov.free_probe(4)  # a wait first
+    for _ in range(GovernorTuning().free_probe_wait):
+        gov.idle(8)  # steps the other governor judged
+    assert gov.free_probe(4)
+
+
+def test_a_shared_row_cost_table_must_cover_k():
+    import pytest
+
+    from app.engine.cost_model import RowCosts
+
+    with pytest.raises(ValueError, match="cannot price K = 15"):
+        Governor(k_max=15, k_start=3, costs=RowCosts(7))

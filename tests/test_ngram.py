@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.engine.drafters import Draft, Drafter, HybridDrafter, LookupDrafter, ModelDrafter
-from app.engine.events import FinishEvent
+from app.engine.events import FinishEvent, StepEvent
 from app.engine.ngram import NgramIndex, NgramParams, PromptLookup
 from app.engine.sampling import Dist, SamplingParams
 from app.engine.session import GenParams
@@ -365,6 +365,44 @@ def test_lookup_and_hybrid_reproduce_plain_decoding_on_an_edit_prompt(demo_sessi
         assert run.tokens == plain.tokens, f"{name} parted from plain decoding"
         assert s.accepted >= 0.5 * s.n_tokens, f"{name}: too few tokens came from accepted drafts"
     assert lookup.stats.acceptance_rate >= 0.7
+
+
+def test_adaptive_lookup_drafts_long_copies_and_reproduces_plain_decoding(demo_session) -> None:  # type: ignore[no-untyped-def]
+    from app.cli.bench import first_divergence, run_once
+
+    prompt = demo_session.chat_prompt([{"role": "user", "content": EDIT_PROMPT}])
+    plain = run_once(demo_session, prompt, GenParams("none", N_PREDICT, track_margins=True))
+    spec = SpecParams(draft_max=6)  # the default, adaptive: long copies get their own governor and K up to 15
+    events = list(demo_session.generate(prompt, GenParams("lookup", N_PREDICT, spec=spec)))
+    run = _finish(events)
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    assert max(len(e.drafted) for e in steps) > spec.draft_max, "no long copy was drafted beyond draft_max"
+    divergence = first_divergence(plain, run)
+    # Repacked kernels may round a 16-row batch differently from one-token steps, so a parting is allowed
+    # only where the plain run's two best logits were that close (test_engine_exact's bound).
+    assert divergence is None or divergence.margin < 0.5, divergence
+    if divergence is None:
+        assert run.tokens == plain.tokens
+
+
+def test_running_copy_only_looks() -> None:
+    passage = list(range(100, 130))
+    prompt = [1, 2, *passage, 3, 4]
+    lookup = PromptLookup()
+    lookup.prepare(prompt)
+    context = [*prompt, *passage[:3]]
+    assert lookup.propose(context, 4) is not None  # the key match starts the copy
+    context += passage[3:6]
+    assert lookup.running_copy(context, 15, min_run=8) is None  # agrees with 6 tokens so far
+    assert lookup.running_copy(context, 15, min_run=6).tokens == tuple(passage[6:18])  # 2 tokens per matched one
+    context += passage[6:10]
+    copy = lookup.running_copy(context, 15, min_run=8)
+    assert copy is not None and copy.tokens == tuple(passage[10:25]) and copy.key is None
+    # Looking changed nothing: propose drafts what a lookup that never looked drafts.
+    fresh = PromptLookup()
+    fresh.prepare(prompt)
+    fresh.propose([*prompt, *passage[:3]], 4)
+    assert lookup.propose(context, 6) == fresh.propose(context, 6)
 
 
 def test_lookup_drafts_only_long_matches() -> None:

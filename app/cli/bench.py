@@ -229,7 +229,8 @@ def _ratios(runs: list[Result], base: list[Result]) -> list[float]:
 
 
 def _governor_events(run: FinishEvent) -> list[dict[str, Any]]:
-    return [{"step": g.step, "action": g.action, "k_before": g.k_before, "k_after": g.k_after, "reason": g.reason}
+    return [{"step": g.step, "action": g.action, "k_before": g.k_before, "k_after": g.k_after, "reason": g.reason,
+             "scope": g.scope}
             for g in run.stats.governor]
 
 
@@ -305,7 +306,7 @@ def _specchat_run(common: dict[str, Any], runs: list[FinishEvent], reference: Fi
         identical=div is None,
         divergence=asdict(div) if div else None,
         engine_overhead=statistics.median(overheads) if overheads else 0.0,
-        governor=[f"step {g.step}: {g.action}" for g in last.stats.governor],
+        governor=[f"step {g.step}: {'copy ' if g.scope == 'copy' else ''}{g.action}" for g in last.stats.governor],
         token_ids=list(last.tokens),
         drafted=last.stats.drafted,
         accepted=last.stats.accepted,

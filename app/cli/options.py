@@ -63,6 +63,9 @@ def add_generation_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-p-min", type=float, default=None, help="stop drafting below this draft confidence")
     g.add_argument("--wide-verify", action="store_true", help="with --strict, let K reach --draft-max even "
                    "where verify batches then leave one-token decoding's kernels (K > 6); near-ties may flip")
+    g.add_argument("--copy-max", type=int, default=None, help="lookup and hybrid: most tokens of a long running "
+                   "copy drafted per step, under a governor of their own (default 15; 0: copies are drafted like "
+                   "any other proposal, up to --draft-max)")
     g.add_argument("--no-adapt", action="store_true", help="fixed K: the governor neither shrinks K nor stops drafting")
     g = parser.add_argument_group("sampling", "a preset, then any of these flags on top of it (llama.cpp's names)")
     g.add_argument("--sampling", choices=settings_mod.SAMPLING_PRESETS, default=None,
@@ -157,6 +160,8 @@ def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_dr
     sampling = replace(sampling, **{field: getattr(args, flag) for flag, field in SAMPLING_FLAGS.items()
                                     if getattr(args, flag, None) is not None})
     sampling.validate()  # a bad flag is named before any model loads
+    if getattr(args, "copy_max", None) is not None and args.copy_max < 0:
+        raise UserError(f"--copy-max {args.copy_max}: give 0 (no separate long-copy drafting) or a positive K.")
     return GenParams(
         mode=mode,
         n_predict=int(_pick(args.n_predict, s.n_predict)),  # type: ignore[call-overload]
@@ -167,5 +172,6 @@ def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_dr
             p_min=float(_pick(args.draft_p_min, s.draft_p_min)),  # type: ignore[arg-type]
             adaptive=s.adaptive and not args.no_adapt,
             one_token_kernels=not getattr(args, "wide_verify", False),
+            copy_max=int(_pick(getattr(args, "copy_max", None), s.copy_max)),  # type: ignore[call-overload]
         ),
     )

@@ -72,7 +72,8 @@ def format_stats(stats: GenerationStats) -> str:
             f"llama.cpp {stats.python_ms:.0f} ms ({stats.python_ms / stats.decode_ms:.1%}); {stats.steps} steps"
         )
     for event in stats.governor:
-        lines.append(f"governor at step {event.step}: {event.action} - {event.reason}")
+        what = "copy governor" if event.scope == "copy" else "governor"
+        lines.append(f"{what} at step {event.step}: {event.action} - {event.reason}")
     if stats.mode != "none" and not stats.speculation_active:
         lines.append("speculation was off at the end of this reply: the governor turned it off (see above)")
     lines.append(f"finished: {stats.finish_reason}")

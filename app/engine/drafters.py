@@ -44,12 +44,18 @@ NO_DRAFT = Draft((), None, 0.0)
 class Drafter(Protocol):
     mode: str
     costs_time: bool  # False for drafters whose cost the governor may ignore
+    copies: bool  # whether propose_copy may return anything
 
     def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Draft: ...
 
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         """A proposal that costs nothing to make (an n-gram copy), or an empty draft. The engine offers it to
         the governor as a probe while drafting is off."""
+
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+        """Up to k tokens of a long running copy (the reply has agreed with an earlier passage for at least
+        COPY_MIN_RUN tokens), or an empty draft. Such copies are judged by a governor of their own: they are
+        right far more often than other proposals, so they pay at a K that other drafts would lose at."""
 
     def prepare(self, context: list[int]) -> None:
         """Called once per reply before the first step (the model drafter prefills the prompt)."""
@@ -63,11 +69,15 @@ class _ModelFree:
     """What a drafter without a model of its own does before a reply and inside llama.cpp: nothing."""
 
     native_ms = 0.0
+    copies = False
 
     def prepare(self, context: list[int]) -> None:
         pass
 
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+        return NO_DRAFT
+
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         return NO_DRAFT
 
 
@@ -88,6 +98,7 @@ class LookupDrafter(_ModelFree):
 
     mode = "lookup"
     costs_time = False
+    copies = True
 
     def __init__(self, params: NgramParams | None = None, min_match: int = 3, resync_min_match: int = 2) -> None:
         self.lookup = PromptLookup(params)
@@ -110,8 +121,24 @@ class LookupDrafter(_ModelFree):
         # of prose and fresh code were what made lookup 5-14% slower than plain there.
         return _ngram_draft(self.lookup, context, k, sampling, max(self.min_match, PROBE_MIN_MATCH)) or NO_DRAFT
 
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+        return _copy_draft(self.lookup, context, k, sampling)
+
 
 PROBE_MIN_MATCH = 4  # context tokens agreeing with a free probe's source (as hybrid's n-gram copies)
+# A running copy that has agreed with this many context tokens is drafted as a long copy (propose_copy). In
+# the bench's copy prompts such copies were right for 9 tokens in 10 or more; shorter ones often end at the
+# next edit (docs/BENCHMARKS.md, run 6).
+COPY_MIN_RUN = 8
+
+
+def _copy_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+    start = time.perf_counter()
+    proposal = lookup.running_copy(context, k, COPY_MIN_RUN)
+    if proposal is None:
+        return NO_DRAFT
+    q = tuple(point_mass(t) for t in proposal.tokens) if not sampling.greedy else None
+    return Draft(proposal.tokens, q, (time.perf_counter() - start) * 1000.0)
 
 
 def _ngram_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams,
@@ -138,6 +165,7 @@ class ModelDrafter:
 
     mode = "draft"
     costs_time = True
+    copies = False
 
     def __init__(self, ctx: LlamaContext, p_min: float = 0.75, draft_min: int = 0) -> None:
         self.ctx = ctx
@@ -151,6 +179,9 @@ class ModelDrafter:
         return self.ctx.native_ms
 
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+        return NO_DRAFT
+
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         return NO_DRAFT
 
     def prepare(self, context: list[int]) -> None:
@@ -218,6 +249,7 @@ class HybridDrafter:
 
     mode = "hybrid"
     costs_time = True
+    copies = True
 
     def __init__(self, model: ModelDrafter, lookup: PromptLookup | None = None, min_match: int = 4) -> None:
         self.model = model
@@ -243,3 +275,6 @@ class HybridDrafter:
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         """While the governor has the draft model off, hybrid still offers long n-gram copies, as lookup does."""
         return _ngram_draft(self.lookup, context, k, sampling, max(self.min_match, PROBE_MIN_MATCH)) or NO_DRAFT
+
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+        return _copy_draft(self.lookup, context, k, sampling)

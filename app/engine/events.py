@@ -49,6 +49,9 @@ class GovernorEvent:
     k_before: int
     k_after: int
     reason: str
+    # "draft": the drafts of the mode in use; "copy": long running copies of earlier text, which have a
+    # governor (K, on/off) of their own. Only "draft" events say whether speculation is on.
+    scope: str = "draft"
 
 
 @dataclass(frozen=True, slots=True)

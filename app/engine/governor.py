@@ -57,6 +57,14 @@ class GovernorTuning:
     free_probe_wait_max: int = 16
     min_free_probe: int = 2  # a shorter free proposal tells too little to be worth verifying while off
     explore_tries: int = 2  # tries of an untimed row count (a drafter's cut may keep it from being timed)
+    # Also try k_max while its row count is untimed: CPU batch costs are not convex (8 rows cost 5.8 plain
+    # steps on the run-4 CPU, 16 rows 6.7), so K +- 1 steps never get past the dear middle to a cheap top.
+    explore_top: bool = False
+
+
+# Long running copies (the copy governor): it never asks for plain steps of its own (the draft governor
+# re-times those), and may jump to its top K.
+COPY_TUNING = GovernorTuning(plain_refresh_steps=1 << 30, explore_top=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,17 +77,24 @@ class _Costs:
 
 
 class Governor:
-    def __init__(self, k_max: int, k_start: int, adaptive: bool = True, tuning: GovernorTuning | None = None) -> None:
+    def __init__(self, k_max: int, k_start: int, adaptive: bool = True, tuning: GovernorTuning | None = None, *,
+                 costs: RowCosts | None = None, scope: str = "draft", plain_first: bool = True) -> None:
+        """costs: a row-cost table shared with another governor of the same target (it must cover k_max + 1
+        rows); scope: what its events are about (GovernorEvent.scope); plain_first: time a plain step before
+        the first draft (off where the shared table gets it from the other governor)."""
         self.k_max = max(0, k_max)
         self.adaptive = adaptive
         self.tuning = tuning or GovernorTuning()
+        self.scope = scope
         self.enabled = self.k_max > 0
         # Without adaptation K is fixed at its maximum: what --no-adapt and the exactness tests ask for.
         self.k = min(self.k_max, max(1, k_start)) if adaptive else self.k_max
         self.events: list[GovernorEvent] = []
         self._decay = 0.5 ** (1.0 / self.tuning.half_life_tokens)
         self._recent_decay = 0.5 ** (1.0 / self.tuning.recent_half_life_tokens)
-        self._costs = RowCosts(self.k_max + 1)
+        if costs is not None and costs.max_rows < self.k_max + 1:
+            raise ValueError(f"a shared row-cost table of {costs.max_rows} rows cannot price K = {self.k_max}")
+        self._costs = costs if costs is not None else RowCosts(self.k_max + 1)
         # Decayed evidence: accepted tokens, drafting steps that ended in a rejection, drafted tokens (how
         # much evidence there is), the same two for the short window, per draft position j the steps that
         # proposed it / stopped just before it, and draft ms with the positions they paid for.
@@ -93,7 +108,7 @@ class Governor:
         self._explored = [0] * (self.k_max + 2)  # tries per row count
         self._backoff = self._wait = 0  # while off: the current wait between probes, and steps left of it
         # The first step runs plain, so the cost of one target token is measured, not guessed.
-        self._next_k = 0 if adaptive else self.k_max
+        self._next_k = (0 if plain_first else self.k) if adaptive else self.k_max
 
     # --- what the engine calls -------------------------------------------------------------------------
 
@@ -126,6 +141,13 @@ class Governor:
             self.events.append(event)
             del self.events[:-MAX_EVENTS]
         return event
+
+    def idle(self, emitted: int) -> None:
+        """A step another governor judged (the reply moved on by `emitted` tokens): evidence ages as for any
+        stretch of the reply, and a wait between probes counts the step."""
+        self._decay_evidence(emitted)
+        if not self.enabled and self._wait > 0:
+            self._wait -= 1
 
     def free_probe(self, n_tokens: int) -> bool:
         """While drafting is off: should this step verify a free proposal of n_tokens (a prompt-lookup match)?
@@ -287,7 +309,7 @@ class Governor:
         if self._drafted >= t.k_switch_evidence and best != self.k and gain > t.k_switch_gain:
             before, self.k = self.k, best
             event = GovernorEvent(step, "shrink" if best < before else "grow", before, best,
-                                  f"K {before} -> {best}: {self._summary(rates, best)}")
+                                  f"K {before} -> {best}: {self._summary(rates, best)}", self.scope)
         self._next_k = self._plan(rates, costs)
         return event
 
@@ -321,7 +343,8 @@ class Governor:
 
     def _exploration(self, rates: list[float], costs: _Costs) -> int:
         """K +- 1 whose verify rows were never timed, if at the least cost monotonicity allows it would beat K."""
-        candidates = [k for k in (self.k + 1, self.k - 1) if 1 <= k <= self.k_max
+        tries = (self.k + 1, self.k - 1, self.k_max) if self.tuning.explore_top else (self.k + 1, self.k - 1)
+        candidates = [k for k in tries if 1 <= k <= self.k_max
                       and not self._costs.measured(k + 1) and self._explored[k + 1] < self.tuning.explore_tries]
         if not candidates:
             return 0
@@ -345,7 +368,8 @@ class Governor:
             f"speculation would be slower than plain decoding ({optimistic[best] * 1000:.1f} vs "
             f"{rates[0] * 1000:.1f} tokens/s expected even at acceptance "
             f"{min(1.0, self.acceptance() + self._z() * self.acceptance_sd()):.0%}; "
-            f"{self._summary(rates, best)}); drafting off until {probes} say it pays",
+            f"{self._summary(rates, best)}); {self._what()} off until {probes} say it pays",
+            self.scope,
         )
 
     # --- decisions while drafting is off -----------------------------------------------------------------
@@ -376,7 +400,10 @@ class Governor:
         self.k = self._best(rates)
         self._next_k = self._plan(rates, costs)
         return GovernorEvent(step, "enable", 0, self.k,
-                             f"a probe says drafting pays again: {self._summary(rates, self.k)}")
+                             f"a probe says {self._what()} pays again: {self._summary(rates, self.k)}", self.scope)
+
+    def _what(self) -> str:
+        return "drafting long copies" if self.scope == "copy" else "drafting"
 
     def _summary(self, rates: list[float], k: int) -> str:
         verify = self.verify_ms(k + 1) or 0.0

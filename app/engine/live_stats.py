@@ -38,7 +38,7 @@ class LiveStats:
             self._step(event)
         elif isinstance(event, GovernorEvent):
             self.governor = event
-            if event.action in ("disable", "enable"):
+            if event.scope == "draft" and event.action in ("disable", "enable"):
                 self.speculation_active = event.action == "enable"
         elif isinstance(event, FinishEvent):
             self.finish(event.stats)

@@ -187,6 +187,19 @@ class PromptLookup:
     def commit(self, proposal: Proposal) -> None:
         self._pending = proposal
 
+    def running_copy(self, context: Sequence[int], k: int, min_run: int) -> Proposal | None:
+        """The running copy's next tokens, where it agrees with at least the last `min_run` context tokens.
+
+        Only looks: a following `propose` selects as it would have (a copy needs no commit, since `_follow`
+        scores it from the context alone).
+        """
+        self._advance(context)
+        s = self._src
+        if s is None or self._run < min_run or k <= 0:
+            return None
+        n = min(k, len(context) - s, self.params.tokens_per_match * self._run)
+        return Proposal(tuple(context[s : s + n]), s, self._run, None) if n > 0 else None
+
     def _advance(self, context: Sequence[int]) -> None:
         old = self.index.tokens
         n_old = len(old)

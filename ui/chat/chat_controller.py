@@ -303,7 +303,7 @@ class ChatController(QObject):
             self.compare.append(name, events)
         self.stats.apply(events)
         for event in events:
-            if isinstance(event, GovernorEvent) and event.action in ("disable", "enable"):
+            if isinstance(event, GovernorEvent) and event.scope == "draft" and event.action in ("disable", "enable"):
                 self.governorSwitched.emit(event)
             elif isinstance(event, PrefillEvent):
                 self.prefillProgress.emit(event.done, event.total)

@@ -38,7 +38,10 @@ def format_value(key: str, stats: LiveStats) -> str:
         return str(stats.k) if stats.speculation_active else f"{stats.k} (drafting off)"
     if key == "governor":
         g = stats.governor
-        return "no change" if g is None else f"{g.action} K {g.k_before}→{g.k_after} at step {g.step}"
+        if g is None:
+            return "no change"
+        what = "long copies: " if g.scope == "copy" else ""
+        return f"{what}{g.action} K {g.k_before}→{g.k_after} at step {g.step}"
     if key == "time_split":
         draft, verify, other = stats.time_split
         total = draft + verify + other
