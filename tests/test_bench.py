@@ -219,7 +219,8 @@ def test_bench_rotates_modes_and_times_without_margins(monkeypatch):
     assert by_mode["llama.cpp:plain"].identical and by_mode["llama.cpp:plain"].engine_overhead is None
     assert all(r.n_predict == 50 for r in runs)  # the row's own budget: -n was not given
     assert by_mode["draft"].governor_by_round == [[{"step": 1, "action": "disable", "k_before": 3, "k_after": 0,
-                                                    "reason": "drafting costs more than it saves"}]] * 3
+                                                    "reason": "drafting costs more than it saves",
+                                                    "scope": "draft"}]] * 3
     summary = bench_mod.summarise(runs)
     assert summary["llama.cpp:plain"]["median_engine_overhead"] is None
     assert summary["lookup"]["median_speedup_vs_llama_cpp"] == pytest.approx(3.0)
