@@ -55,7 +55,7 @@ class Settings:
     draft_min: int = 0
     draft_p_min: float = 0.75
     adaptive: bool = True
-    copy_max: int = 15  # long running copies: their own K limit (0: drafted like any other proposal)
+    copy_max: int = 0  # long running copies: their own K limit (0: off, drafted like any other proposal)
     # Runtime
     n_ctx: int = 4096
     n_threads: int = 0

@@ -372,7 +372,7 @@ def test_adaptive_lookup_drafts_long_copies_and_reproduces_plain_decoding(demo_s
 
     prompt = demo_session.chat_prompt([{"role": "user", "content": EDIT_PROMPT}])
     plain = run_once(demo_session, prompt, GenParams("none", N_PREDICT, track_margins=True))
-    spec = SpecParams(draft_max=6)  # the default, adaptive: long copies get their own governor and K up to 15
+    spec = SpecParams(draft_max=6, copy_max=15)  # adaptive; long copies get their own governor and K up to 15
     events = list(demo_session.generate(prompt, GenParams("lookup", N_PREDICT, spec=spec)))
     run = _finish(events)
     steps = [e for e in events if isinstance(e, StepEvent)]

@@ -64,8 +64,8 @@ def add_generation_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--wide-verify", action="store_true", help="with --strict, let K reach --draft-max even "
                    "where verify batches then leave one-token decoding's kernels (K > 6); near-ties may flip")
     g.add_argument("--copy-max", type=int, default=None, help="lookup and hybrid: most tokens of a long running "
-                   "copy drafted per step, under a governor of their own (default 15; 0: copies are drafted like "
-                   "any other proposal, up to --draft-max)")
+                   "copy drafted per step, under a governor of their own (e.g. 15; default 0: off, copies are "
+                   "drafted like any other proposal, up to --draft-max)")
     g.add_argument("--no-adapt", action="store_true", help="fixed K: the governor neither shrinks K nor stops drafting")
     g = parser.add_argument_group("sampling", "a preset, then any of these flags on top of it (llama.cpp's names)")
     g.add_argument("--sampling", choices=settings_mod.SAMPLING_PRESETS, default=None,

@@ -45,10 +45,11 @@ class SpecParams:
     # has such a bound (the model's one_token_kernel_rows: 7 rows on the CPU without repacking).
     one_token_kernels: bool = True
     k_start: int = 3  # first K when adaptive: a cheap first draft while the governor measures
-    # The most tokens of a long running copy drafted per step (lookup and hybrid, adaptive runs only): such
-    # copies are judged by a governor of their own, since they are right far more often than other drafts.
-    # On the run-4 CPU a 16-row verify costs 6.7 plain steps against 2.2 for 4 rows.
-    copy_max: int = 15
+    # The most tokens of a long running copy drafted per step (lookup and hybrid, adaptive runs only; 0: off),
+    # under a governor of its own. Off by default: on the run-4 CPU, where a 16-row verify costs 6.7 plain
+    # steps, it scored 1.35x against 1.37x without it over the bench's copy prompts (deterministic cost
+    # model, docs/BENCHMARKS.md run 6). Meant for backends where long verify batches cost about one step.
+    copy_max: int = 0
 
 
 @dataclass(slots=True)
@@ -150,9 +151,8 @@ class SpecEngine:
                     finish = "context"
                     break
                 limit = min(room, n_predict - len(emitted) - 1)
-                draft, k, judge = self._long_copy(copies, context, limit, sampling)
-                if judge is None:
-                    judge = governor
+                draft, k, copying = self._long_copy(copies, governor, context, limit, sampling)
+                if not copying:
                     k = min(governor.current_k(), limit)
                     draft = self.drafter.propose(context, k, sampling, noise) if k > 0 else NO_DRAFT
                     if k == 0 and k_max > 0 and not governor.enabled and limit > 0:
@@ -176,11 +176,15 @@ class SpecEngine:
                 tally.acceptance.add(len(draft.tokens), accepted)
                 tally.draft_ms += draft.ms
                 tally.verify_ms += verify_ms
-                event = judge.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens), accepted,
-                                      draft.ms, self.drafter.costs_time and judge is governor, k_asked=k)
-                for other in (governor, copies):
-                    if other is not None and other is not judge:
-                        other.idle(accepted + 1)
+                # The draft governor learns from every step, copies included (its pooled evidence is what it
+                # judged by before long copies had a governor); the copy governor from the copies alone.
+                events = [governor.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens), accepted,
+                                           draft.ms, self.drafter.costs_time, k_asked=k)]
+                if copies is not None and copying:
+                    events.append(copies.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens),
+                                                 accepted, draft.ms, False, k_asked=k))
+                elif copies is not None:
+                    copies.idle(accepted + 1)
 
                 keep: list[tuple[int, TokenFate, float | None, float | None]] = []
                 for item in out:
@@ -202,8 +206,9 @@ class SpecEngine:
                     yield TokenEvent(len(emitted), token, text, fate, step, p, q)
                     emitted.append(token)
                     context.append(token)
-                if event is not None:
-                    yield event
+                for event in events:
+                    if event is not None:
+                        yield event
                 if finish == "stop":
                     break
         finally:
@@ -219,23 +224,27 @@ class SpecEngine:
         yield FinishEvent("".join(text_parts), tuple(prompt), tuple(emitted), stats,
                           tuple(margins[: len(emitted)]))
 
-    def _long_copy(self, copies: Governor | None, context: list[int], limit: int,
-                   sampling: SamplingParams) -> tuple[Draft, int, Governor | None]:
-        """This step's long running copy and the K it was asked at, judged by the copy governor; or
-        (NO_DRAFT, 0, None) when the step belongs to the draft governor."""
+    def _long_copy(self, copies: Governor | None, governor: Governor, context: list[int], limit: int,
+                   sampling: SamplingParams) -> tuple[Draft, int, bool]:
+        """This step's long running copy and the K it was asked at; (NO_DRAFT, 0, False) when there is none
+        or the copy governor has long copies off (the draft governor then decides, as for any proposal)."""
         if copies is None or limit <= 0:
-            return NO_DRAFT, 0, None
-        k = min(copies.current_k(), limit)
+            return NO_DRAFT, 0, False
+        k = copies.current_k()
         if k > 0:
+            # Never shorter than other drafts: the copy governor only lets copies run longer. Its evidence is
+            # thin early in a reply, and a copy cut to 1-2 tokens paid less than the draft governor's K
+            # (code-refactor, edit-fix-typos: docs/BENCHMARKS.md, run 6).
+            k = min(max(k, governor.current_k()), limit)
             copy = self.drafter.propose_copy(context, k, sampling)
-            return (copy, k, copies) if copy.tokens else (NO_DRAFT, 0, None)
+            return (copy, k, True) if copy.tokens else (NO_DRAFT, 0, False)
         if copies.enabled:
-            return NO_DRAFT, 0, None
+            return NO_DRAFT, 0, False
         # Long copies are off: one may still be verified as a probe (it costs only its rows).
         offer = self.drafter.propose_copy(context, min(copies.k_max, limit), sampling)
         if offer.tokens and copies.free_probe(len(offer.tokens)):
-            return offer, len(offer.tokens), copies
-        return NO_DRAFT, 0, None
+            return offer, len(offer.tokens), True
+        return NO_DRAFT, 0, False
 
     def _verify(self, draft: Draft, sampling: SamplingParams, noise: SampleNoise, position: int,
                 window: PenaltyWindow | None, track_margins: bool,
