@@ -135,10 +135,13 @@ COPY_MIN_RUN = 8
 def _copy_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams) -> Draft:
     start = time.perf_counter()
     proposal = lookup.running_copy(context, k, COPY_MIN_RUN)
-    if proposal is None:
-        return NO_DRAFT
-    q = tuple(point_mass(t) for t in proposal.tokens) if not sampling.greedy else None
-    return Draft(proposal.tokens, q, (time.perf_counter() - start) * 1000.0)
+    return NO_DRAFT if proposal is None else _copy_as_draft(proposal.tokens, sampling, start)
+
+
+def _copy_as_draft(tokens: tuple[int, ...], sampling: SamplingParams, start: float) -> Draft:
+    """Copied tokens as a draft: point masses for sampled runs (the copy is certain of them), timed from start."""
+    q = tuple(point_mass(t) for t in tokens) if not sampling.greedy else None
+    return Draft(tokens, q, (time.perf_counter() - start) * 1000.0)
 
 
 def _ngram_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams,
@@ -154,8 +157,7 @@ def _ngram_draft(lookup: PromptLookup, context: list[int], k: int, sampling: Sam
     if proposal.match < needed:
         return None
     lookup.commit(proposal)
-    q = tuple(point_mass(t) for t in proposal.tokens) if not sampling.greedy else None
-    return Draft(proposal.tokens, q, (time.perf_counter() - start) * 1000.0)
+    return _copy_as_draft(proposal.tokens, sampling, start)
 
 
 class ModelDrafter:
