@@ -186,10 +186,18 @@ def test_side_by_side_comparison(window: Any, qtbot: Any) -> None:
 
 def test_closing_mid_reply_exits_cleanly_and_keeps_the_text(qtbot: Any, smol_path: Path, tmp_path: Path) -> None:
     with gui_home(tmp_path):
-        w = open_window(smol_path, None, Settings(mode="lookup", n_predict=4000, n_ctx=8192))
-        assert w.submit("Count from 1 to 1000, one number per line.")
-        qtbot.waitUntil(lambda: sum(isinstance(e, TokenEvent) for e in w.controller.forwarded["chat"]) >= 20,
-                        timeout=60_000)
+        # Greedy: with the sampled default, 1 seed in 10 gave a reply of under 20 tokens ("The answer is: 13"),
+        # which ended before the wait below and failed a CI run.
+        w = open_window(smol_path, None, Settings(mode="lookup", n_predict=4000, n_ctx=8192, sampling="greedy"))
+        try:
+            assert w.submit("Count from 1 to 1000, one number per line.")
+            qtbot.waitUntil(lambda: "chat" in w.controller.last_finish
+                            or sum(isinstance(e, TokenEvent) for e in w.controller.forwarded["chat"]) >= 20,
+                            timeout=60_000)
+            assert "chat" not in w.controller.last_finish, "the reply ended before it could be interrupted"
+        except BaseException:
+            w.close()
+            raise
         started = time.monotonic()
         w.close()  # cancels, waits for the engine thread, closes the models, saves the reply
         assert time.monotonic() - started < 10
