@@ -115,6 +115,8 @@ class Conversation:
     # reads the rest. A stub is never written (ChatStore.save refuses it).
     stub: bool = field(default=False, compare=False, repr=False)
     stub_count: int = field(default=0, compare=False, repr=False)
+    # haystack()'s cache: (what it was built from, the text).
+    _haystack: tuple[tuple[float, str, int], str] | None = field(default=None, init=False, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -189,11 +191,9 @@ class Conversation:
     def haystack(self) -> str:
         """Title and text, case-folded for search; rebuilt only when the chat has changed."""
         key = (self.updated, self.title, len(self.messages))
-        cached = self.__dict__.get("_haystack")
-        if cached is None or cached[0] != key:
-            cached = (key, "\n".join([self.title, *(m.content for m in self.messages)]).casefold())
-            self.__dict__["_haystack"] = cached
-        return cached[1]
+        if self._haystack is None or self._haystack[0] != key:
+            self._haystack = (key, "\n".join([self.title, *(m.content for m in self.messages)]).casefold())
+        return self._haystack[1]
 
     def matches(self, words: Iterable[str]) -> bool:
         haystack = self.haystack()
@@ -288,7 +288,8 @@ class ChatStore:
         if full is None:  # unreadable now: set aside and reported; show it empty rather than fail
             conv.stub, conv.messages = False, []
             return conv
-        conv.__dict__.update({name: getattr(full, name) for name in Conversation.__dataclass_fields__})
+        for name in Conversation.__dataclass_fields__:
+            setattr(conv, name, getattr(full, name))
         conv.stub = False
         return conv
 

@@ -219,7 +219,7 @@ class SpecEngine:
         native_ms = self.target.native_ms + self.drafter.native_ms - native_start
         # Bytes of a character cut off by n_predict or a stop are dropped, not shown as U+FFFD, so the
         # text stays exactly the concatenation of the token events.
-        stats = self._stats(tally, governor, copies, k_max, len(prompt), n_prefilled, prefill_ms, decode_ms,
+        stats = self._stats(tally, governor, copies, len(prompt), n_prefilled, prefill_ms, decode_ms,
                             len(emitted), finish, max(0.0, decode_ms - native_ms))
         yield FinishEvent("".join(text_parts), tuple(prompt), tuple(emitted), stats,
                           tuple(margins[: len(emitted)]))
@@ -290,7 +290,7 @@ class SpecEngine:
             return out, i
         return out, n
 
-    def _stats(self, tally: _Tally, governor: Governor, copies: Governor | None, k_max: int, n_prompt: int,
+    def _stats(self, tally: _Tally, governor: Governor, copies: Governor | None, n_prompt: int,
                n_prefilled: int, prefill_ms: float, decode_ms: float, n_tokens: int, finish: str,
                python_ms: float) -> GenerationStats:
         acc = tally.acceptance
