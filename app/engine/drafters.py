@@ -100,20 +100,25 @@ class LookupDrafter(_ModelFree):
     costs_time = False
     copies = True
 
-    def __init__(self, params: NgramParams | None = None, min_match: int = 3, resync_min_match: int = 2) -> None:
+    def __init__(self, params: NgramParams | None = None, min_match: int = 3, resync_min_match: int = 2,
+                 cold_min_match: int = 4) -> None:
         self.lookup = PromptLookup(params)
         # Only matches of min_match context tokens or more are drafted (resync_min_match for a copy resuming
         # next to where it broke off at an edit: it has re-found its spot). On a repacked CPU a failed 3-token
         # draft costs 2.2 plain steps, and the one- and two-token matches of fresh text mostly fail
-        # (docs/BENCHMARKS.md, run 4).
+        # (docs/BENCHMARKS.md, run 4). After a wrong draft, and until drafts are mostly right again
+        # (PromptLookup.trusted), a match needs cold_min_match tokens: the 3-token matches of prose and fresh
+        # code cost lookup 2-3% against plain decoding there, and copies rarely need them (run 7).
         self.min_match = min_match
         self.resync_min_match = resync_min_match
+        self.cold_min_match = cold_min_match
 
     def prepare(self, context: list[int]) -> None:
         self.lookup.prepare(context)
 
     def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Draft:
-        return _ngram_draft(self.lookup, context, k, sampling, self.min_match, self.resync_min_match) or NO_DRAFT
+        return _ngram_draft(self.lookup, context, k, sampling, self.min_match, self.resync_min_match,
+                            self.cold_min_match) or NO_DRAFT
 
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         # A probe while drafting is off only for a long match: a failed probe costs its verify rows
@@ -145,15 +150,21 @@ def _copy_as_draft(tokens: tuple[int, ...], sampling: SamplingParams, start: flo
 
 
 def _ngram_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams,
-                 min_match: int = 0, resync_min_match: int | None = None) -> Draft | None:
+                 min_match: int = 0, resync_min_match: int | None = None,
+                 cold_min_match: int | None = None) -> Draft | None:
     """The n-gram continuation as a draft (point masses for sampled runs), committed to the index; None
     when there is none, or its match is shorter than `min_match` (`resync_min_match` for a copy resuming
-    next to where it broke off)."""
+    next to where it broke off; `cold_min_match` while the reply's drafts have not been mostly right)."""
     start = time.perf_counter()
     proposal = lookup.propose(context, k)
     if proposal is None or not proposal.tokens:
         return None
-    needed = resync_min_match if proposal.local and resync_min_match is not None else min_match
+    if proposal.local and resync_min_match is not None:
+        needed = resync_min_match
+    elif cold_min_match is not None and not lookup.trusted:
+        needed = cold_min_match
+    else:
+        needed = min_match
     if proposal.match < needed:
         return None
     lookup.commit(proposal)

@@ -153,6 +153,10 @@ class NgramIndex:
                     m[key] = found[0]
 
 
+TRUST_RATE = 0.5  # PromptLookup.trusted: the share of recently drafted tokens that were right
+TRUST_DECAY = 0.8  # per scored draft: the last five or so count
+
+
 class PromptLookup:
     """The n-gram proposer behind LookupDrafter and HybridDrafter.
 
@@ -173,6 +177,9 @@ class PromptLookup:
         self._anchor: int | None = None  # source position where the last copy broke off (an edit starts there)
         self._pending: Proposal | None = None  # the last committed draft, scored when the context grows
         self._caps: dict[tuple[int, int], int] = {}  # a key's draft cap after it drafted wrong tokens
+        # How this reply's drafts have fared, per drafted token, decayed per draft (see `trusted`). The prior
+        # (1 of 2) starts trusted: one wrong draft is enough to make short matches wait for a right one.
+        self._hits, self._tries = 1.0, 2.0
 
     def prepare(self, context: Sequence[int]) -> None:
         self.index.sync(context)
@@ -186,6 +193,11 @@ class PromptLookup:
 
     def commit(self, proposal: Proposal) -> None:
         self._pending = proposal
+
+    @property
+    def trusted(self) -> bool:
+        """Were most of the tokens of this reply's recent drafts right? (As of the last propose.)"""
+        return self._hits >= TRUST_RATE * self._tries
 
     def running_copy(self, context: Sequence[int], k: int, min_run: int) -> Proposal | None:
         """The running copy's next tokens, where it agrees with at least the last `min_run` context tokens.
@@ -216,9 +228,13 @@ class PromptLookup:
     def _score(self, new: Sequence[int]) -> None:
         """llama.cpp's common_ngram_map_accept, from the context itself: how much of the last draft was right."""
         pending, self._pending = self._pending, None
-        if pending is None or pending.key is None:
+        if pending is None:
             return
         accepted = common_prefix(pending.tokens, new)
+        self._hits = self._hits * TRUST_DECAY + accepted
+        self._tries = self._tries * TRUST_DECAY + len(pending.tokens)
+        if pending.key is None:
+            return
         if accepted < len(pending.tokens):
             self._caps[pending.key] = accepted + 1
         else:
