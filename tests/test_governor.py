@@ -230,6 +230,34 @@ def test_free_probe_times_a_row_count_never_timed():
     assert gov.enabled and gov.events[-1].action == "enable"
 
 
+def test_free_probes_are_as_long_as_the_estimate_says_pays():
+    # json-record on a CPU where 7 rows cost 5.6 plain steps (docs/BENCHMARKS.md, run 8): lookup's drafts were
+    # right for 2-3 tokens, drafting went off, and the free probes then verified 6-token proposals, which lose
+    # at that acceptance where 2-3 token ones win, so drafting never came back.
+    costs = [0.0, 10.0, 15.9, 21.2, 27.9, 33.4, 44.5, 55.5]  # ms by rows
+    gov = Governor(k_max=6, k_start=3)
+    assert gov.probe_k() == 6  # nothing timed: no estimate to cut by
+    gov.observe(0, 1, costs[1], 0, 0, 0.0, False)
+    step = 1
+    while gov.enabled and step < 40:
+        gov.observe(step, 4, costs[4], 3, 0, 0.0, False, k_asked=gov.current_k())
+        step += 1
+    assert not gov.enabled
+    lengths = []
+    for _ in range(40):  # the text turns repetitive: the first 3 tokens of any proposal are right
+        if gov.enabled:
+            break
+        if gov.free_probe(gov.probe_k()):
+            n = gov.probe_k()
+            lengths.append(n)
+            gov.observe(step, n + 1, costs[n + 1], n, min(n, 3), 0.0, False)
+        else:
+            gov.observe(step, 1, costs[1], 0, 0, 0.0, False)
+        step += 1
+    # (Probing with 6-token proposals took 10 probes to turn drafting back on here.)
+    assert gov.enabled and max(lengths) <= 3 and len(lengths) <= 4
+
+
 def test_a_free_drafters_first_short_drafts_do_not_price_full_ones():
     # edit-fix-typos on a repacked CPU (docs/BENCHMARKS.md run 4): lookup's first drafts were cut to one token
     # (2 rows, 1.7 plain steps), and a 4-row verify, never timed, was priced at that per-row cost, so drafting

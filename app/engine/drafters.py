@@ -101,7 +101,7 @@ class LookupDrafter(_ModelFree):
     copies = True
 
     def __init__(self, params: NgramParams | None = None, min_match: int = 3, resync_min_match: int = 2,
-                 cold_min_match: int = 4) -> None:
+                 cold_min_match: int = 5) -> None:
         self.lookup = PromptLookup(params)
         # Only matches of min_match context tokens or more are drafted (resync_min_match for a copy resuming
         # next to where it broke off at an edit: it has re-found its spot). On a repacked CPU a failed 3-token

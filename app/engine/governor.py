@@ -168,6 +168,19 @@ class Governor:
         return (verify is None or not self._costs.measured(n + 1)
                 or (n + 1) / verify[n + 1] > 1.0 / verify[1])
 
+    def probe_k(self) -> int:
+        """The longest free proposal worth verifying as a probe now: the K the rate model finds best at the
+        current acceptance estimate (never below min_free_probe), or k_max before anything was timed.
+
+        A probe at k_max where the estimate says a short K wins wastes the dear rows: on a CPU where 7 rows
+        cost 5.6 plain steps, lookup probed json-record with 6-token proposals that were right for 2-3 tokens
+        and never turned back on, where 3-token drafts are mostly accepted (docs/BENCHMARKS.md, run 8). Row
+        counts never timed are priced at the least they can cost, so a probe still times them once."""
+        costs = self._snapshot(self._costs.optimistic_table())
+        if costs is None or self.k_max == 0:
+            return self.k_max
+        return min(self.k_max, max(self.tuning.min_free_probe, self._best(self._rates(self.acceptance(), costs))))
+
     # --- estimates ---------------------------------------------------------------------------------------
 
     def acceptance(self) -> float:

@@ -153,8 +153,12 @@ class NgramIndex:
                     m[key] = found[0]
 
 
-TRUST_RATE = 0.5  # PromptLookup.trusted: the share of recently drafted tokens that were right
+TRUST_RATE = 0.8  # PromptLookup.trusted: the share of recently drafted tokens that were right
 TRUST_DECAY = 0.8  # per scored draft: the last five or so count
+# A reply that reproduces earlier text (a refactor, an edit) starts doing so at once, with a code fence or the
+# first line; a short match later in fresh text is mostly accidental. So the reply's first tokens are trusted
+# until a draft is scored.
+TRUST_OPENING = 8
 
 
 class PromptLookup:
@@ -178,8 +182,10 @@ class PromptLookup:
         self._pending: Proposal | None = None  # the last committed draft, scored when the context grows
         self._caps: dict[tuple[int, int], int] = {}  # a key's draft cap after it drafted wrong tokens
         # How this reply's drafts have fared, per drafted token, decayed per draft (see `trusted`). The prior
-        # (1 of 2) starts trusted: one wrong draft is enough to make short matches wait for a right one.
+        # (1 of 2) is below TRUST_RATE: past its opening, a reply must earn trust with a right draft.
         self._hits, self._tries = 1.0, 2.0
+        self._scored = 0  # drafts scored in this reply
+        self._start = len(self.index.tokens)  # where the reply starts (prepare indexes the prompt first)
 
     def prepare(self, context: Sequence[int]) -> None:
         self.index.sync(context)
@@ -196,7 +202,10 @@ class PromptLookup:
 
     @property
     def trusted(self) -> bool:
-        """Were most of the tokens of this reply's recent drafts right? (As of the last propose.)"""
+        """Were most of the tokens of this reply's recent drafts right, or is it still in its opening with no
+        draft scored? (As of the last propose.)"""
+        if self._scored == 0 and len(self.index.tokens) - self._start < TRUST_OPENING:
+            return True
         return self._hits >= TRUST_RATE * self._tries
 
     def running_copy(self, context: Sequence[int], k: int, min_run: int) -> Proposal | None:
@@ -231,6 +240,7 @@ class PromptLookup:
         if pending is None:
             return
         accepted = common_prefix(pending.tokens, new)
+        self._scored += 1
         self._hits = self._hits * TRUST_DECAY + accepted
         self._tries = self._tries * TRUST_DECAY + len(pending.tokens)
         if pending.key is None:

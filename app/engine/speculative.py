@@ -158,7 +158,7 @@ class SpecEngine:
                     if k == 0 and k_max > 0 and not governor.enabled and limit > 0:
                         # Drafting is off, but the drafter may hold a free copy (an n-gram match): verifying it
                         # costs only the extra rows, so the governor may take it as a probe.
-                        offer = self.drafter.propose_free(context, min(k_max, limit), sampling)
+                        offer = self.drafter.propose_free(context, min(governor.probe_k(), limit), sampling)
                         if governor.free_probe(len(offer.tokens)):
                             draft, k = offer, len(offer.tokens)
                 n_before = self.target.n_past
@@ -241,7 +241,7 @@ class SpecEngine:
         if copies.enabled:
             return NO_DRAFT, 0, False
         # Long copies are off: one may still be verified as a probe (it costs only its rows).
-        offer = self.drafter.propose_copy(context, min(copies.k_max, limit), sampling)
+        offer = self.drafter.propose_copy(context, min(copies.probe_k(), limit), sampling)
         if offer.tokens and copies.free_probe(len(offer.tokens)):
             return offer, len(offer.tokens), True
         return NO_DRAFT, 0, False
