@@ -106,9 +106,10 @@ class LookupDrafter(_ModelFree):
         # Only matches of min_match context tokens or more are drafted (resync_min_match for a copy resuming
         # next to where it broke off at an edit: it has re-found its spot). On a repacked CPU a failed 3-token
         # draft costs 2.2 plain steps, and the one- and two-token matches of fresh text mostly fail
-        # (docs/BENCHMARKS.md, run 4). After a wrong draft, and until drafts are mostly right again
-        # (PromptLookup.trusted), a match needs cold_min_match tokens: the 3-token matches of prose and fresh
-        # code cost lookup 2-3% against plain decoding there, and copies rarely need them (run 7).
+        # (docs/BENCHMARKS.md, run 4). Until this reply's drafts are mostly right (PromptLookup.trusted: past
+        # its first tokens, a reply must earn that with a right draft), a match needs cold_min_match tokens:
+        # the 3- and 4-token matches of prose and fresh code cost lookup 2-4% against plain decoding there,
+        # and copies rarely need them (runs 7 and 8).
         self.min_match = min_match
         self.resync_min_match = resync_min_match
         self.cold_min_match = cold_min_match
