@@ -55,7 +55,9 @@ class Settings:
     draft_min: int = 0
     draft_p_min: float = 0.75
     adaptive: bool = True
-    copy_max: int = 0  # long running copies: their own K limit (0: off, drafted like any other proposal)
+    # Long running copies: their own K limit (0: off, drafted like any other proposal; -1: auto, 31 where the
+    # target runs on a GPU and off on the CPU: app.engine.drafters.auto_copy_max)
+    copy_max: int = -1
     # Runtime
     n_ctx: int = 4096
     n_threads: int = 0

@@ -105,6 +105,17 @@ def test_draft_mode_without_a_draft_is_refused(smol_path, tmp_path):
 def test_negative_copy_max_is_refused(smol_path, tmp_path):
     assert_clean_error(specchat("generate", "-p", "hi", "-m", smol_path, "--copy-max", -1, home=tmp_path),
                        "--copy-max -1")
+    assert_clean_error(specchat("generate", "-p", "hi", "-m", smol_path, "--copy-max", "lots", home=tmp_path),
+                       "--copy-max lots: give auto")
+
+
+def test_copy_max_flag_takes_auto_a_k_or_the_setting():
+    from app.cli.options import _copy_max
+    from app.engine.drafters import COPY_MAX_AUTO
+
+    assert _copy_max("auto", 0) == COPY_MAX_AUTO and _copy_max("AUTO", 7) == COPY_MAX_AUTO
+    assert _copy_max("15", COPY_MAX_AUTO) == 15 and _copy_max("0", COPY_MAX_AUTO) == 0
+    assert _copy_max(None, 9) == 9 and _copy_max(None, COPY_MAX_AUTO) == COPY_MAX_AUTO
 
 
 def test_bad_prompts_file(smol_path, tmp_path):

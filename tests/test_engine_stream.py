@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -93,3 +94,20 @@ def test_prompt_processing_reports_progress_and_stop_ends_it_between_batches(smo
         assert finish.tokens == () and sum(isinstance(e, PrefillEvent) for e in seen) == 1
         again = list(session.generate(other, GenParams("none", 2)))[-1]  # the partial cache is reused
         assert again.stats.finish_reason in ("length", "stop") and again.tokens
+
+
+def test_long_copies_on_auto_run_only_where_the_target_is_on_a_gpu(smol_session, monkeypatch):
+    """copy_max "auto" (the settings' default): K up to 31 for long copies where the target is offloaded
+    to a GPU, off on the CPU, where 32-row verifies cost more than they save; explicit values stand."""
+    import app.engine.session as session_mod
+    from app.engine.drafters import COPY_MAX_AUTO, GPU_COPY_MAX
+    from app.engine.speculative import SpecParams
+    from app.llama_backend import supports_gpu_offload
+
+    auto = SpecParams(copy_max=COPY_MAX_AUTO)
+    assert smol_session.resolve_spec(auto).copy_max == (GPU_COPY_MAX if supports_gpu_offload() else 0)
+    assert smol_session.resolve_spec(SpecParams(copy_max=15)).copy_max == 15
+    monkeypatch.setattr(session_mod, "supports_gpu_offload", lambda: True)
+    assert smol_session.resolve_spec(auto) == SpecParams(copy_max=GPU_COPY_MAX)
+    monkeypatch.setattr(smol_session, "config", replace(smol_session.config, n_gpu_layers=0))
+    assert smol_session.resolve_spec(auto).copy_max == 0  # the target was kept on the CPU

@@ -402,6 +402,28 @@ def test_settings_dialog_offers_the_sampling_presets_and_penalties(qapp: Any, qt
     assert dialog.changes() == {"sampling": "custom", "repeat_penalty": 1.2, "system_prompt": "Be brief."}
 
 
+def test_long_copies_setting_shows_auto_and_off(qapp: Any, qtbot: Any) -> None:
+    from PySide6.QtWidgets import QSpinBox
+
+    from app.engine.drafters import COPY_MAX_AUTO
+    from ui.shell.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(Settings())
+    qtbot.addWidget(dialog)
+    box = dialog._fields["copy_max"]
+    assert isinstance(box, QSpinBox) and box.value() == COPY_MAX_AUTO and box.text() == "auto"
+    box.stepUp()
+    assert box.text() == "off" and dialog.changes() == {"copy_max": 0}
+    box.lineEdit().selectAll()
+    qtbot.keyClicks(box, "15")
+    box.interpretText()
+    assert box.value() == 15 and dialog.changes() == {"copy_max": 15}
+    box.lineEdit().selectAll()
+    qtbot.keyClicks(box, "auto")
+    box.interpretText()
+    assert box.value() == COPY_MAX_AUTO and dialog.changes() == {}
+
+
 def test_a_chat_set_to_greedy_replies_greedily_whatever_the_default(window: Any, qtbot: Any) -> None:
     """Per-chat sampling: the box under the prompt sets this chat's preset, which the worker's run
     uses over the settings' default, each reply records, the header shows, and the chat keeps."""

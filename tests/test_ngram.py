@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from app.engine.drafters import Draft, Drafter, HybridDrafter, LookupDrafter, ModelDrafter
+from app.engine.drafters import GPU_COPY_MAX, Draft, Drafter, HybridDrafter, LookupDrafter, ModelDrafter
 from app.engine.events import FinishEvent, StepEvent
 from app.engine.ngram import NgramIndex, NgramParams, PromptLookup
 from app.engine.sampling import Dist, SamplingParams
@@ -372,7 +372,8 @@ def test_adaptive_lookup_drafts_long_copies_and_reproduces_plain_decoding(demo_s
 
     prompt = demo_session.chat_prompt([{"role": "user", "content": EDIT_PROMPT}])
     plain = run_once(demo_session, prompt, GenParams("none", N_PREDICT, track_margins=True))
-    spec = SpecParams(draft_max=6, copy_max=15)  # adaptive; long copies get their own governor and K up to 15
+    # Adaptive, with long copies as "auto" runs them on a GPU: their own governor and K up to 31.
+    spec = SpecParams(draft_max=6, copy_max=GPU_COPY_MAX)
     events = list(demo_session.generate(prompt, GenParams("lookup", N_PREDICT, spec=spec)))
     run = _finish(events)
     steps = [e for e in events if isinstance(e, StepEvent)]

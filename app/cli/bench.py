@@ -423,6 +423,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="specchat-bench-") as tmp:
         native = _native_plan(args, cfg, params, Path(tmp))  # checks the tools before any model loads
         with SpecSession(cfg) as session:
+            spec_used = session.resolve_spec(params.spec)  # "auto" values as this machine runs them
             n_modes = len(set(modes) | {"none"}) + (len(native.modes) if native else 0)
             total = len(prompts) * (1 + n_modes * args.repeat) + (0 if args.no_warmup else n_modes)
             with tqdm(total=total, desc="bench", unit="run", file=sys.stderr, disable=None) as bar:
@@ -435,7 +436,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
         "machine": machine_description(),
         "models": {"target": str(target), "draft": str(draft) if draft else None},
         "settings": {"n_predict": params.n_predict, "sampling": asdict(params.sampling),
-                     "spec": asdict(params.spec), "n_ctx": cfg.n_ctx, "n_threads": cfg.n_threads,
+                     "spec": asdict(spec_used), "n_ctx": cfg.n_ctx, "n_threads": cfg.n_threads,
                      "flash_attn": cfg.flash_attn, "repeat": args.repeat, "repack": cfg.repack,
                      "n_batch": cfg.n_batch, "warmup": not args.no_warmup,
                      "n_predict_source": "-n for every prompt" if args.n_predict else

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from app import settings as settings_mod
-from app.engine.drafters import CHOICES, auto_mode
+from app.engine.drafters import CHOICES, COPY_MAX_AUTO, auto_mode
 from app.engine.pair_config import PairConfig
 from app.engine.session import GenParams
 from app.engine.speculative import SpecParams
@@ -63,9 +63,10 @@ def add_generation_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-p-min", type=float, default=None, help="stop drafting below this draft confidence")
     g.add_argument("--wide-verify", action="store_true", help="with --strict, let K reach --draft-max even "
                    "where verify batches then leave one-token decoding's kernels (K > 6); near-ties may flip")
-    g.add_argument("--copy-max", type=int, default=None, help="lookup and hybrid: most tokens of a long running "
-                   "copy drafted per step, under a governor of their own (e.g. 15; default 0: off, copies are "
-                   "drafted like any other proposal, up to --draft-max)")
+    g.add_argument("--copy-max", default=None, metavar="K|auto", help="lookup and hybrid: most tokens of a long "
+                   "running copy drafted per step, under a governor of their own (e.g. 31; 0: off, copies are "
+                   "drafted like any other proposal, up to --draft-max; default auto: 31 where the target runs on "
+                   "a GPU, off on the CPU)")
     g.add_argument("--no-adapt", action="store_true", help="fixed K: the governor neither shrinks K nor stops drafting")
     g = parser.add_argument_group("sampling", "a preset, then any of these flags on top of it (llama.cpp's names)")
     g.add_argument("--sampling", choices=settings_mod.SAMPLING_PRESETS, default=None,
@@ -147,6 +148,23 @@ SAMPLING_FLAGS = {
 }
 
 
+def _copy_max(flag: str | int | None, setting: int) -> int:
+    """--copy-max K|auto (COPY_MAX_AUTO), else the setting's value."""
+    if flag is None:
+        return setting
+    text = str(flag).strip().lower()
+    if text == "auto":
+        return COPY_MAX_AUTO
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise UserError(f"--copy-max {flag}: give auto (long copies where the target runs on a GPU), 0 (no "
+                        "separate long-copy drafting) or a positive K.")
+    return value
+
+
 def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_draft: bool,
                recommended: SamplingValues | None = None, preset: str | None = None) -> GenParams:
     """`recommended`: the target's recommended sampling (None: the chat default); `preset`: the command's
@@ -160,8 +178,7 @@ def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_dr
     sampling = replace(sampling, **{field: getattr(args, flag) for flag, field in SAMPLING_FLAGS.items()
                                     if getattr(args, flag, None) is not None})
     sampling.validate()  # a bad flag is named before any model loads
-    if getattr(args, "copy_max", None) is not None and args.copy_max < 0:
-        raise UserError(f"--copy-max {args.copy_max}: give 0 (no separate long-copy drafting) or a positive K.")
+    copy_max = _copy_max(getattr(args, "copy_max", None), s.copy_max)
     return GenParams(
         mode=mode,
         n_predict=int(_pick(args.n_predict, s.n_predict)),  # type: ignore[call-overload]
@@ -172,6 +189,6 @@ def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_dr
             p_min=float(_pick(args.draft_p_min, s.draft_p_min)),  # type: ignore[arg-type]
             adaptive=s.adaptive and not args.no_adapt,
             one_token_kernels=not getattr(args, "wide_verify", False),
-            copy_max=int(_pick(getattr(args, "copy_max", None), s.copy_max)),  # type: ignore[call-overload]
+            copy_max=copy_max,
         ),
     )

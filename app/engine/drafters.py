@@ -31,6 +31,20 @@ def auto_mode(has_draft: bool, gpu_offload: bool) -> str:
     return "hybrid" if has_draft and gpu_offload else "lookup"
 
 
+# Long running copies (SpecParams.copy_max) on "auto", the settings' default: K up to 31 where the target
+# runs on a GPU, off on the CPU. A GPU verifies 32 rows for little more than one, so a copy that agrees for
+# 31 tokens is worth verifying at once, as llama.cpp's ngram-map-k does with 48; on the 2-core CPU a
+# 32-row verify costs 11-16 plain steps, and the long copies that fail cost more than the ones that
+# succeed win. Replayed on the bench's copy prompts: 2.21x against 1.96x of plain steps with GPU-like
+# costs, 1.18x against 1.25x with the CPU's measured ones (docs/BENCHMARKS.md, run 9).
+COPY_MAX_AUTO = -1
+GPU_COPY_MAX = 31
+
+
+def auto_copy_max(gpu_offload: bool) -> int:
+    return GPU_COPY_MAX if gpu_offload else 0
+
+
 @dataclass(frozen=True, slots=True)
 class Draft:
     tokens: tuple[int, ...]

@@ -19,6 +19,7 @@ from app.engine.drafters import (
     LookupDrafter,
     ModelDrafter,
     NoDrafter,
+    auto_copy_max,
     auto_mode,
 )
 from app.engine.events import Event
@@ -93,6 +94,16 @@ class SpecSession:
         """What mode "auto" runs on this session (see drafters.CHOICES)."""
         return auto_mode(self.draft_ctx is not None, supports_gpu_offload())
 
+    @property
+    def auto_copy_max(self) -> int:
+        """What copy_max "auto" (COPY_MAX_AUTO) is on this session: long copies only where the target is
+        offloaded to a GPU."""
+        return auto_copy_max(supports_gpu_offload() and self.config.n_gpu_layers != 0)
+
+    def resolve_spec(self, spec: SpecParams) -> SpecParams:
+        """The speculation settings a reply runs with: "auto" values resolved for this session."""
+        return spec if spec.copy_max >= 0 else replace(spec, copy_max=self.auto_copy_max)
+
     def _engine(self, mode: str, spec: SpecParams) -> SpecEngine:
         if mode not in CHOICES:
             raise ValueError(f"Unknown mode {mode!r}: use one of {', '.join(CHOICES)}.")
@@ -148,7 +159,7 @@ class SpecSession:
     def generate(self, prompt: Sequence[int], params: GenParams,
                  cancel: threading.Event | None = None) -> Iterator[Event]:
         engine = self._engine(params.mode, params.spec)
-        return engine.generate(prompt, params.n_predict, params.sampling, params.spec, cancel,
+        return engine.generate(prompt, params.n_predict, params.sampling, self.resolve_spec(params.spec), cancel,
                                params.track_margins)
 
     def generate_chat(self, messages: Sequence[dict[str, Any]], params: GenParams,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -26,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.drafters import COPY_MAX_AUTO, GPU_COPY_MAX
 from app.settings import SAMPLING_FIELDS, SAMPLING_PRESETS, Settings
 
 RUNTIME_FIELDS = ("n_ctx", "n_threads", "n_gpu_layers", "n_gpu_layers_draft", "flash_attn", "strict", "rpc")
@@ -37,6 +39,32 @@ def _int(low: int, high: int, special: str = "") -> QSpinBox:
     if special:
         box.setSpecialValueText(special)  # shown at the minimum, e.g. "auto"
     return box
+
+
+class _NamedSpinBox(QSpinBox):
+    """A spin box that shows some values as words (Qt's special value text names only the minimum)."""
+
+    def __init__(self, low: int, high: int, names: dict[int, str]) -> None:
+        super().__init__()
+        self._names = names
+        self.setRange(low, high)
+
+    def textFromValue(self, value: int) -> str:  # noqa: N802 (Qt's name)
+        return self._names.get(value, str(value))
+
+    def valueFromText(self, text: str) -> int:  # noqa: N802
+        for value, name in self._names.items():
+            if text.strip().lower() == name:
+                return value
+        return int(text) if text.strip().lstrip("-").isdigit() else self.value()
+
+    def validate(self, text: str, pos: int) -> object:
+        word = text.strip().lower()
+        if any(name == word for name in self._names.values()):
+            return QValidator.State.Acceptable
+        if any(name.startswith(word) for name in self._names.values()) or not word:
+            return QValidator.State.Intermediate
+        return super().validate(text, pos)
 
 
 def _float(low: float, high: float, step: float, decimals: int = 2) -> QDoubleSpinBox:
@@ -68,7 +96,7 @@ class SettingsDialog(QDialog):
             "draft_min": _int(0, 16),
             "draft_p_min": _float(0.0, 1.0, 0.05),
             "adaptive": QCheckBox("let the governor change K and stop drafting when it loses"),
-            "copy_max": _int(0, 31, "off"),
+            "copy_max": _NamedSpinBox(COPY_MAX_AUTO, GPU_COPY_MAX, {COPY_MAX_AUTO: "auto", 0: "off"}),
             "n_ctx": _int(256, 262144),
             "n_threads": _int(0, 512, "auto"),
             "n_gpu_layers": _int(-1, 999, "all"),
@@ -85,6 +113,10 @@ class SettingsDialog(QDialog):
         rpc.setToolTip("llama.cpp RPC servers (`specchat rpc-server` on those machines): their devices join this "
                        "machine's for the target model; the draft stays here. No authentication: use a trusted "
                        "network or an SSH tunnel (README, Two machines)")
+        self._fields["copy_max"].setToolTip(
+            "Lookup and hybrid: the most tokens of a long running copy (a reply repeating earlier text) verified "
+            "in one pass. auto: 31 where the target runs on a GPU, off on the CPU, where long verify batches "
+            "cost more than they save (docs/BENCHMARKS.md)")
         system = self._fields["system_prompt"]
         assert isinstance(system, QPlainTextEdit)
         system.setPlaceholderText("none")
