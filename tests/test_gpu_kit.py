@@ -123,11 +123,14 @@ def test_dry_run_writes_every_report_field(tmp_path: Path, target_path: Path, dr
     for model in ("target-1.5b", "draft-0.5b", "target-7b"):
         assert set(range(1, 17)) <= {int(k) for k in report["verify_ms"][model]}
     assert set(report["identity"]["target-1.5b"]) == {"flash_attn_on", "flash_attn_off"}
-    assert set(report["engine_overhead_pct"]["1.5b/0.5b"]) == {"none", "lookup", "draft", "hybrid"}
+    assert set(report["engine_overhead_pct"]["1.5b/0.5b"]) == {"none", "lookup", "draft", "hybrid", "lookup-no-copies"}
+    # The app's defaults: long copies on "auto", so off on this CPU build (K up to 31 on a GPU).
+    assert {r["copy_max"] for r in report["engine"]["1.5b/0.5b"].values()} == {0}
+    assert {32, 24} <= {int(k) for k in report["verify_ms"]["target-1.5b"]}
     for pair in ("1.5b/0.5b", "7b/0.5b"):
         assert set(report["predicted_speedup"][pair]) == {"draft", "lookup", "hybrid"}
     for pair in ("1.5b/0.5b", "7b/0.5b", "agreeing-0.5b/2-layer"):
-        assert set(report["governor"]["engine"][pair]) == {"lookup", "draft", "hybrid"}
+        assert set(report["governor"]["engine"][pair]) == {"lookup", "draft", "hybrid", "lookup-no-copies"}
     agreeing = report["engine"]["agreeing-0.5b/2-layer"]["draft"]
     assert agreeing["drafted"] > 0 and agreeing["accepted"] >= 0.75 * agreeing["drafted"]  # the pair agrees
     assert 0 < report["carry_bytes"] < 64 << 20

@@ -367,14 +367,15 @@ def test_lookup_and_hybrid_reproduce_plain_decoding_on_an_edit_prompt(demo_sessi
     assert lookup.stats.acceptance_rate >= 0.7
 
 
-def test_adaptive_lookup_drafts_long_copies_and_reproduces_plain_decoding(demo_session) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("mode", ["lookup", "hybrid"])  # hybrid: "auto" on a GPU
+def test_adaptive_lookup_drafts_long_copies_and_reproduces_plain_decoding(demo_session, mode) -> None:  # type: ignore[no-untyped-def]
     from app.cli.bench import first_divergence, run_once
 
     prompt = demo_session.chat_prompt([{"role": "user", "content": EDIT_PROMPT}])
     plain = run_once(demo_session, prompt, GenParams("none", N_PREDICT, track_margins=True))
     # Adaptive, with long copies as "auto" runs them on a GPU: their own governor and K up to 31.
     spec = SpecParams(draft_max=6, copy_max=GPU_COPY_MAX)
-    events = list(demo_session.generate(prompt, GenParams("lookup", N_PREDICT, spec=spec)))
+    events = list(demo_session.generate(prompt, GenParams(mode, N_PREDICT, spec=spec)))
     run = _finish(events)
     steps = [e for e in events if isinstance(e, StepEvent)]
     assert max(len(e.drafted) for e in steps) > spec.draft_max, "no long copy was drafted beyond draft_max"

@@ -203,7 +203,9 @@ class PromptLookup:
     @property
     def trusted(self) -> bool:
         """Were most of the tokens of this reply's recent drafts right, or is it still in its opening with no
-        draft scored? (As of the last propose.)"""
+        draft scored? (As of the last propose.) "Drafts" are committed proposals: those verified, and the free
+        offers the governor was shown while drafting was off, verified or not, since each is scored from the
+        context the target went on to write, which is what a verify would have found (greedy)."""
         if self._scored == 0 and len(self.index.tokens) - self._start < TRUST_OPENING:
             return True
         return self._hits >= TRUST_RATE * self._tries

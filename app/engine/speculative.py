@@ -46,9 +46,10 @@ class SpecParams:
     one_token_kernels: bool = True
     k_start: int = 3  # first K when adaptive: a cheap first draft while the governor measures
     # The most tokens of a long running copy drafted per step (lookup and hybrid, adaptive runs only; 0: off),
-    # under a governor of its own. Off by default: on the run-4 CPU, where a 16-row verify costs 6.7 plain
-    # steps, it scored 1.35x against 1.37x without it over the bench's copy prompts (deterministic cost
-    # model, docs/BENCHMARKS.md run 6). Meant for backends where long verify batches cost about one step.
+    # under a governor of its own. The engine's own default is off; the app's is "auto" (drafters.COPY_MAX_AUTO,
+    # negative), which SpecSession.resolve_spec turns into 31 on a GPU and 0 on the CPU, where a 16-row verify
+    # costs 6.7 plain steps and long copies lost on average (docs/BENCHMARKS.md, runs 6-9). The engine reads
+    # an unresolved negative value as off.
     copy_max: int = 0
 
 

@@ -51,7 +51,7 @@ class Plan:
         # one-layer model's compute buffer is not the one the prediction models.
         self.scale = {"target-1.5b": 4, "draft-0.5b": 4, "target-7b": 2, "agree-target": 6} if dry else {}
         self.contexts = [2048, 8192, 32768]
-        self.rows = list(range(1, 18))  # K up to 16 needs 17 rows
+        self.rows = [*range(1, 18), 24, 32]  # K up to 16 needs 17 rows; long copies (K up to 31) 32
         self.reps = 1 if dry else 7
         every = list(range(1, 17))
         self.identity_rows = dict.fromkeys(("target-1.5b", "target-7b"), [1, 2, 4, 8, 16] if dry else every)

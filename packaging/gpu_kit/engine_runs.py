@@ -9,16 +9,21 @@ governor's final state with what the run's own acceptance and the device's costs
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from device_costs import prompt_tokens
 
+from app.engine.drafters import COPY_MAX_AUTO
 from app.engine.events import FinishEvent, StepEvent
 from app.engine.pair_config import PairConfig
 from app.engine.session import GenParams, SpecSession
 from app.engine.speculative import SpecParams
 
 MODES = ("none", "lookup", "draft", "hybrid")
+# The app's default speculation settings (long copies on "auto": on where the target is on a GPU), and
+# lookup once more with long copies off, to show what they add on this device.
+NO_COPIES = "lookup-no-copies"
 EVIDENCE = 8  # drafted tokens before a run's acceptance says anything
 
 
@@ -41,15 +46,17 @@ def _pays(acceptance: float, verify_ms: dict[int, float], draft_ms: float, k_max
 
 def run(target: Path, draft: Path, n_predict: int, threads: int, verify_ms: dict[int, float],
         draft_ms: float, short: bool = False) -> dict:
-    spec = SpecParams()
+    spec = SpecParams(copy_max=COPY_MAX_AUTO)
     config = PairConfig(target, draft, n_gpu_layers=-1, n_gpu_layers_draft=-1, n_ctx=4096, n_threads=threads)
     out: dict = {}
     prompt = _prompt(24 if short else 48)
     with SpecSession(config) as session:
         for mode in MODES:  # an untimed warm-up of every path first
             _generate(session, prompt[:32], GenParams(mode=mode, n_predict=4 if short else 8, spec=spec))
-        for mode in MODES:
-            finish, steps = _generate(session, prompt, GenParams(mode=mode, n_predict=n_predict, spec=spec))
+        for mode in (*MODES, NO_COPIES):
+            run_spec = replace(spec, copy_max=0) if mode == NO_COPIES else spec
+            params = GenParams(mode="lookup" if mode == NO_COPIES else mode, n_predict=n_predict, spec=run_spec)
+            finish, steps = _generate(session, prompt, params)
             s = finish.stats
             drafting = [e for e in steps if e.drafted]
             accepted = sum(e.accepted for e in drafting)
@@ -64,6 +71,7 @@ def run(target: Path, draft: Path, n_predict: int, threads: int, verify_ms: dict
                 "steps": s.steps, "drafted": s.drafted, "accepted": s.accepted,
                 "acceptance_rate": round(s.acceptance_rate, 3),
                 "drafting_at_end": s.speculation_active, "final_k": s.final_k,
+                "copy_max": session.resolve_spec(run_spec).copy_max,
                 "governor": [{"step": e.step, "action": e.action, "k": [e.k_before, e.k_after], "reason": e.reason}
                              for e in s.governor],
             }
@@ -81,7 +89,7 @@ def run(target: Path, draft: Path, n_predict: int, threads: int, verify_ms: dict
                                             else (not s.speculation_active) if best < 0.9 else True)
             out[mode] = entry
     plain = out["none"]["tokens_per_second"]
-    for mode in MODES:
+    for mode in out:
         out[mode]["speedup_vs_none"] = round(out[mode]["tokens_per_second"] / plain, 3) if plain else None
     return out
 
