@@ -27,6 +27,7 @@ SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingValues))  # the "custom" 
 # Files written before presets existed hold these values unless the user changed them (temperature 0:
 # greedy was the default then).
 _OLD_SAMPLING_DEFAULTS = {"temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+SETTINGS_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Settings:
     adaptive: bool = True
     # Long running copies: their own K limit (0: off, drafted like any other proposal; -1: auto, 31 where the
     # target runs on a GPU and off on the CPU: app.engine.drafters.auto_copy_max)
-    copy_max: int = -1
+    copy_max: int = -1  # app.engine.drafters.COPY_MAX_AUTO
     # Runtime
     n_ctx: int = 4096
     n_threads: int = 0
@@ -78,6 +79,8 @@ class Settings:
     show_colours: bool = True
     show_ghosts: bool = True
     compare: bool = False
+    # The file's layout: 2 since long copies default to "auto" (files without it are older: _migrate_copy_max).
+    settings_version: int = SETTINGS_VERSION
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def custom_sampling(self) -> SamplingValues:
@@ -133,9 +136,17 @@ def _migrate_sampling(data: dict[str, Any]) -> dict[str, Any]:
     return {"repeat_penalty": 1.0, **data, "sampling": "custom"}
 
 
+def _migrate_copy_max(data: dict[str, Any]) -> dict[str, Any]:
+    """A file from before version 2 holds copy_max 0, the old default (files store every field), which was
+    no choice: it becomes "auto" (on where the target runs on a GPU). Any other value the user set stays."""
+    if "settings_version" in data or data.get("copy_max") != 0:
+        return data
+    return {**data, "copy_max": -1}
+
+
 def from_dict(data: dict[str, Any]) -> Settings:
     defaults = Settings()
-    data = _migrate_sampling(data)
+    data = _migrate_copy_max(_migrate_sampling(data))
     known = {f.name for f in fields(Settings)} - {"extra"}
     values = {k: _coerce(k, v, getattr(defaults, k)) for k, v in data.items() if k in known}
     if values.get("sampling", defaults.sampling) not in SAMPLING_PRESETS:

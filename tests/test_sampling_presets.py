@@ -152,3 +152,14 @@ def test_bench_stays_greedy(smol_path, tmp_path):
     assert result.returncode == 0, result.stderr
     sampling = json.loads(result.stdout)["settings"]["sampling"]
     assert sampling["temperature"] == 0.0 and sampling["repeat_penalty"] == 1.0
+
+
+def test_old_settings_files_get_long_copies_on_auto(tmp_path):
+    # Before version 2 every file held copy_max 0, the old default: it becomes "auto" (-1); a K stays.
+    assert settings_mod.from_dict({"copy_max": 0, "theme": "dark"}).copy_max == -1
+    assert settings_mod.from_dict({"copy_max": 15}).copy_max == 15
+    path = tmp_path / "settings.json"
+    settings_mod.save(Settings(copy_max=0), path)  # a choice made since: off stays off
+    loaded, warning = settings_mod.load(path)
+    assert warning is None and loaded.copy_max == 0 and loaded.settings_version == settings_mod.SETTINGS_VERSION
+    assert json.loads(path.read_text())["settings_version"] == settings_mod.SETTINGS_VERSION
