@@ -14,6 +14,7 @@ from typing import Any
 
 from app import paths
 from app.atomic import atomic_write_text
+from app.engine.drafters import COPY_MAX_AUTO
 from app.engine.pair_config import PairConfig
 from app.engine.sampling import SamplingParams
 from app.engine.session import GenParams
@@ -56,9 +57,9 @@ class Settings:
     draft_min: int = 0
     draft_p_min: float = 0.75
     adaptive: bool = True
-    # Long running copies: their own K limit (0: off, drafted like any other proposal; -1: auto, 31 where the
-    # target runs on a GPU and off on the CPU: app.engine.drafters.auto_copy_max)
-    copy_max: int = -1  # app.engine.drafters.COPY_MAX_AUTO
+    # Long running copies: their own K limit (0: off, drafted like any other proposal; COPY_MAX_AUTO: 31 where
+    # the target runs on a GPU and off on the CPU, app.engine.drafters.auto_copy_max)
+    copy_max: int = COPY_MAX_AUTO
     # Runtime
     n_ctx: int = 4096
     n_threads: int = 0
@@ -141,7 +142,7 @@ def _migrate_copy_max(data: dict[str, Any]) -> dict[str, Any]:
     no choice: it becomes "auto" (on where the target runs on a GPU). Any other value the user set stays."""
     if "settings_version" in data or data.get("copy_max") != 0:
         return data
-    return {**data, "copy_max": -1}
+    return {**data, "copy_max": COPY_MAX_AUTO}
 
 
 def from_dict(data: dict[str, Any]) -> Settings:
