@@ -271,11 +271,13 @@ def test_commands_share_specchat_settings():
 
 def test_parse_completion_output():
     assert nb.parse_prompt_tokens(COMPLETION_STDERR) == [1, 9690, 198, 2683, 2, 198]
-    assert nb.parse_completion_timings(COMPLETION_STDERR) == (7, 268.84, 464.56)
+    assert nb.parse_completion_timings(COMPLETION_STDERR) == (7, 268.84, 464.56, 4.94)
     without_prefix = "\n".join(line[15:] if line[:1].isdigit() else line for line in COMPLETION_STDERR.splitlines())
     assert nb.parse_prompt_tokens(without_prefix) == [1, 9690, 198, 2683, 2, 198]
     result = nb._plain_result(["llama-completion"], "Repeat exactly: alpha beta\n\n", COMPLETION_STDERR)
-    assert result.tokens_per_second == pytest.approx(7 / 0.26884)
+    # Sampling counts, as it does in SpecChat's rate; llama_decode alone is kept beside it.
+    assert result.tokens_per_second == pytest.approx(7 / (0.26884 + 0.00494))
+    assert result.eval_tokens_per_second == pytest.approx(7 / 0.26884)
     assert (result.n_tokens, result.text) == (8, "Repeat exactly: alpha beta")
     assert result.system_info == ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | "
                                   "AVX512 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1")

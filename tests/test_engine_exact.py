@@ -125,10 +125,11 @@ def test_penalised_plain_decoding_matches_a_recount(demo_session, penalised_plai
     ctx.clear()
     plain = run_once(demo_session, prompt, GenParams("none", N_PENALISED, sampling=PENALTIES))
     ctx.clear()
-    ctx.decode(prompt[:-1], logits_for="none")
+    ctx.decode(prompt, logits_for="last")  # as the engine prefills: the first token's logits from the prompt's pass
     sequence = list(prompt)
     for position, expected in enumerate(plain.tokens):
-        ctx.decode(sequence[-1:], logits_for="last")
+        if position:
+            ctx.decode(sequence[-1:], logits_for="last")
         penalised = _penalise(np.array(ctx.logits(-1)), sequence, PENALTIES)
         choice = int(np.argmax(penalised))
         if choice != expected:  # only a near-tie may part them; a count error moves logits by ~0.5-5
@@ -195,8 +196,8 @@ def test_kv_rollback_leaves_exactly_the_accepted_tokens(strict_session, plain_ru
 
     # A fresh evaluation: the same prompt prefill, then the reply one token at a time.
     ctx.clear()
-    ctx.decode(full[: len(prompt) - 1], logits_for="none")
-    for token in full[len(prompt) - 1 :]:
+    ctx.decode(full[: len(prompt)], logits_for="none")
+    for token in full[len(prompt):]:
         ctx.decode([token], logits_for="last")
     fresh = np.array(ctx.logits(-1))
     assert np.abs(after_rollback - fresh).max() < 1e-3
@@ -209,71 +210,88 @@ def test_kv_rollback_leaves_exactly_the_accepted_tokens(strict_session, plain_ru
     ctx.clear()
 
 
-# The penalised case: the list puts the candidates in the window, so the penalties move the distribution
-# (total variation 0.9 from the unpenalised one, measured) and a sampler that ignored them would fail at once.
-PICK_FROM_LIST = ("Pick one word from this list at random and answer with that word only:\n"
-                  "Apple\nApple\nApple\nBanana\nCherry")
+# The reply's first token comes from the prompt's own pass, undrafted; its second is the first one judged
+# against a draft. So the questions ask for two-digit numbers: Qwen writes digits as single tokens, and the
+# second digit stays random given the first. The draft favours other digits than the target (after "4": the
+# target's top is "7" at 0.41, the draft's "5"), so a sampler that followed q would fail.
+RANDOM_NUMBER = "Write a random two-digit number. Answer with the number only."
+EOG = -1  # any end-of-generation token
+# The penalised case: the list puts the candidates in the window, so the penalties move the second digit's
+# distribution, and a sampler that ignored them would fail.
+PICK_FROM_LIST = ("Pick one number from this list at random and answer with that number only:\n"
+                  "47\n47\n47\n41\n42\n45")
 
 
 @pytest.mark.parametrize("question,penalties", [
-    ("Name one fruit. Answer with one word.", SamplingParams()),
+    (RANDOM_NUMBER, SamplingParams()),
     (PICK_FROM_LIST, PENALTIES),
 ], ids=["plain", "penalised"])
 def test_speculative_sampling_follows_the_target_distribution(demo_session, question, penalties):
-    """Chi-square goodness of fit of the first sampled token against the target's own distribution (with
-    penalties: the distribution of the penalised logits)."""
+    """Chi-square goodness of fit of the first drafted token (the reply's second) against the target's own
+    distribution given the first (with penalties: the distribution of the penalised logits), pooled over
+    the first tokens seen: given its first token, each reply's second is an independent draw."""
     sampling = dict(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0, repeat_penalty=penalties.repeat_penalty,
                     repeat_last_n=penalties.repeat_last_n, frequency_penalty=penalties.frequency_penalty,
                     presence_penalty=penalties.presence_penalty)
     params = SamplingParams(**sampling)
     prompt = demo_session.chat_prompt([{"role": "user", "content": question}])
-    # Computed as the engine does (the prompt's head in one batch, its last token alone), since batch
-    # shapes round differently on the CPU backend with repacked weights.
-    ctx = demo_session.target_ctx
-    ctx.clear()
-    ctx.decode(prompt[:-1], logits_for="none")
-    ctx.decode(prompt[-1:], logits_for="last")
-    logits = np.array(ctx.logits(-1))
-    p = distribution(_penalise(logits, prompt, params), params)
-    draft_ctx = demo_session.draft_ctx
-    draft_ctx.clear()
-    draft_ctx.decode(prompt[:-1], logits_for="none")
-    draft_ctx.decode(prompt[-1:], logits_for="last")
-    q = distribution(_penalise(np.array(draft_ctx.logits(-1)), prompt, params), params)
-    ctx.clear()
-    assert len(p.ids) > 1, "the prompt must leave the target more than one choice"
-    if params.penalized:
-        unpenalised = distribution(logits, SamplingParams(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0))
-        moved = sum(abs(p.prob(t) - unpenalised.prob(t)) for t in set(p.ids.tolist()) | set(unpenalised.ids.tolist()))
-        assert moved / 2 > 0.3, "the penalties hardly move this distribution: the test could not tell"
-
     n = 360
-    counts: dict[int, int] = {}
+    pairs: Counter[tuple[int, int]] = Counter()
     rejections = 0
     for seed in range(n):
-        params = GenParams("draft", 2, sampling=SamplingParams(seed=seed, **sampling),
-                           spec=SpecParams(draft_max=1, adaptive=False, p_min=0.0))
-        events = list(demo_session.generate(prompt, params))
-        first = next(e for e in events if isinstance(e, TokenEvent))
-        rejections += first.fate is TokenFate.CORRECTED
-        counts[first.token_id] = counts.get(first.token_id, 0) + 1
-
-    assert set(counts) <= {int(t) for t in p.ids}, "sampled a token the target's distribution excludes"
+        gen = GenParams("draft", 3, sampling=SamplingParams(seed=seed, **sampling),
+                        spec=SpecParams(draft_max=1, adaptive=False, p_min=0.0))
+        events = list(demo_session.generate(prompt, gen))
+        tokens = [e for e in events if isinstance(e, TokenEvent)]
+        second = [e for e in events if isinstance(e, StepEvent)][1]
+        assert tokens and len(second.drafted) == 1, "the second token was not judged against a draft"
+        rejections += second.accepted == 0
+        # An end of turn ends the reply without a token event: it is one more outcome, EOG.
+        pairs[tokens[0].token_id, tokens[1].token_id if len(tokens) > 1 else EOG] += 1
     assert rejections > 0, "the draft was never rejected: the test would not exercise the residual"
-    # Merge the tail into one bin so every expected count is at least 5.
-    probs = dict(zip((int(t) for t in p.ids), p.probs, strict=True))
-    order = sorted(probs, key=probs.get, reverse=True)
-    bins, tail = [], []
-    for token in order:
-        (bins if probs[token] * n >= 5 else tail).append(token)
-    observed = [counts.get(t, 0) for t in bins] + ([sum(counts.get(t, 0) for t in tail)] if tail else [])
-    expected = [probs[t] * n for t in bins] + ([sum(probs[t] for t in tail) * n] if tail else [])
-    if len(observed) < 2:
-        pytest.fail("distribution too peaked for a meaningful test; pick another prompt")
-    result = scipy_stats.chisquare(observed, f_exp=np.array(expected) * n / sum(expected))
-    # alpha = 0.001: a correct sampler fails 1 run in 1000; a sampler that follows q instead of p
-    # (here q's top token has probability {q.probs[0]:.2f} against p's {p.probs[0]:.2f}) fails at once.
-    assert result.pvalue > 0.001, (observed, expected, q.probs[:4])
+
+    # The target's distribution of the second token, computed as the engine does: the prompt in one batch,
+    # then a two-row verify batch [first token, draft] whose first row judges the draft.
+    ctx = demo_session.target_ctx
+    firsts = Counter(first for first, _ in pairs.elements())
+    observed: list[int] = []
+    expected: list[float] = []
+    groups = 0
+    moved = 0.0
+    for first, count in firsts.most_common():
+        ctx.clear()
+        ctx.decode(prompt, logits_for="none")
+        ctx.decode([first, first], logits_for="all")
+        logits = np.array(ctx.logits(0))
+        p = distribution(_penalise(logits, [*prompt, first], params), params)
+        probs: dict[int, float] = {}
+        for t, prob in zip((int(t) for t in p.ids), p.probs, strict=True):
+            key = EOG if demo_session.target_model.is_eog(t) else t
+            probs[key] = probs.get(key, 0.0) + float(prob)
+        seen = {second: c for (f, second), c in pairs.items() if f == first}
+        assert set(seen) <= set(probs), "sampled a token the target's distribution excludes"
+        if first == firsts.most_common(1)[0][0]:
+            plain = distribution(logits, SamplingParams(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0))
+            moved = sum(abs(p.prob(t) - plain.prob(t)) for t in set(p.ids.tolist()) | set(plain.ids.tolist())) / 2
+        if count < 10:
+            continue  # too few replies began with this token to test their second
+        # Merge each group's tail into one bin so every expected count is at least 5.
+        bins = [t for t in sorted(probs, key=probs.get, reverse=True) if probs[t] * count >= 5]
+        tail = [t for t in probs if t not in bins]
+        if len(bins) + bool(tail) < 2:
+            continue  # a certain second token says nothing about the sampler
+        groups += 1
+        observed += [seen.get(t, 0) for t in bins] + ([sum(seen.get(t, 0) for t in tail)] if tail else [])
+        expected += [probs[t] * count for t in bins] + ([sum(probs[t] for t in tail) * count] if tail else [])
+    ctx.clear()
+    if params.penalized:
+        assert moved > 0.3, "the penalties hardly move this distribution: the test could not tell"
+    if groups == 0:
+        pytest.fail("no first token led to a random second one often enough; pick another prompt")
+    # Each group's counts are fixed by its first token: len(observed) - groups degrees of freedom.
+    result = scipy_stats.chisquare(observed, f_exp=expected, ddof=groups - 1)
+    # alpha = 0.001: a correct sampler fails 1 run in 1000; one that follows the draft's q fails at once.
+    assert result.pvalue > 0.001, (observed, expected, firsts)
 
 
 def test_seeded_sampling_is_reproducible(demo_session, plain_runs):

@@ -77,9 +77,9 @@ def test_prompt_processing_reports_progress_and_stop_ends_it_between_batches(smo
         prompt = session.target_model.tokenize("one two three four " * 60)  # ~240 tokens: 4 batches
         events = list(session.generate(prompt, GenParams("none", 2)))
         progress = [e for e in events if isinstance(e, PrefillEvent)]
-        assert [p.total for p in progress] == [len(prompt) - 1] * len(progress) and len(progress) >= 3
+        assert [p.total for p in progress] == [len(prompt)] * len(progress) and len(progress) >= 3
         assert [p.done for p in progress] == sorted(p.done for p in progress)
-        assert progress[-1].done == len(prompt) - 1
+        assert progress[-1].done == len(prompt)
         assert events.index(progress[-1]) < min(i for i, e in enumerate(events) if isinstance(e, TokenEvent))
 
         other = session.target_model.tokenize("five six seven eight " * 60)

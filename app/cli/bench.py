@@ -88,6 +88,8 @@ class BenchRun:
     speedup_vs_llama_cpp: float | None = None  # median per-round ratio against llama.cpp's plain decoding
     governor_by_round: list[list[dict[str, Any]]] = field(default_factory=list)
     command: list[str] | None = None  # llama.cpp rows: the last round's exact command line
+    # llama.cpp plain rows: the per-round rates of llama_decode alone (its own "eval" report, sampling left out)
+    eval_rounds_tps: list[float] | None = None
 
 
 def _row_error(source: str, number: int, what: str) -> ValueError:
@@ -332,6 +334,8 @@ def _native_run(common: dict[str, Any], runs: list[NativeResult], reference: Fin
         drafted=last.n_drafted,
         accepted=last.n_accepted,
         command=list(last.command),
+        eval_rounds_tps=([r.eval_tokens_per_second for r in runs if r.eval_tokens_per_second is not None]
+                         or None),
     )
 
 

@@ -6,8 +6,9 @@ from applying the chat template a second time. llama-completion's `--verbose-pro
 against SpecChat's token ids: a mismatch is an error, since the timings would not be comparable.
 
 Tokens/s exclude prompt processing in both tools:
-- plain: llama_perf's "eval time = X ms / N runs", the one-token decodes after the prompt (llama_decode only,
-  sampling excluded): N / X.
+- plain: llama_perf's "eval time = X ms / N runs", the one-token decodes after the prompt, plus its "sampling
+  time = S ms" (SpecChat's rate includes its own sampling too): N / (X + S). llama_decode alone (N / X) is kept
+  as `eval_tokens_per_second`. Printing the tokens stays uncounted on llama.cpp's side.
 - speculative: "decoded N tokens in X seconds", the wall clock of the draft/verify loop after the prompt
   (drafting, verification and sampling included), as SpecChat's `tokens_per_second`.
 
@@ -35,6 +36,7 @@ PREFIX = "llama.cpp:"  # bench mode names: "llama.cpp:plain", "llama.cpp:draft-s
 
 _EVAL = re.compile(r"\beval time =\s*([\d.]+) ms /\s*(\d+) runs")
 _PROMPT_EVAL = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
+_SAMPLING = re.compile(r"\bsampling time =\s*([\d.]+) ms")
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s*([\d.]+|-?nan|inf) t/s")
 _ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 _COUNT = re.compile(r"^(?:[\d.]+ \w )?(n_draft|n_predict|n_drafted|n_accept)\s*=\s*(-?\d+)\s*$", re.M)
@@ -92,6 +94,7 @@ class NativeResult:
     text: str | None = None  # the reply as printed; None when it could not be cut out of the output
     prompt_tokens: tuple[int, ...] = field(default=(), repr=False)  # llama-completion's --verbose-prompt list
     system_info: str | None = None  # llama-completion's build features ("CPU : AVX2 = 1 | ..."), to compare builds
+    eval_tokens_per_second: float | None = None  # plain: llama_decode alone, sampling left out (its own report)
 
 
 def tool_paths(bin_dir: Path) -> dict[str, Path]:
@@ -181,12 +184,13 @@ def _tail(stderr: str | bytes | None, lines: int = 8) -> str:
     return (": last stderr lines:\n  " + "\n  ".join(last)) if last else ""
 
 
-def parse_completion_timings(stderr: str) -> tuple[int, float, float]:
-    """(one-token decodes, their ms, prompt ms) from llama_perf's summary."""
-    ev, pe = _EVAL.search(stderr), _PROMPT_EVAL.search(stderr)
-    if ev is None or pe is None:
-        raise ValueError("no llama_perf timing lines (\"eval time = ... ms / N runs\") in its output")
-    return int(ev.group(2)), float(ev.group(1)), float(pe.group(1))
+def parse_completion_timings(stderr: str) -> tuple[int, float, float, float]:
+    """(one-token decodes, their ms, prompt ms, sampling ms) from llama_perf's summary."""
+    ev, pe, sa = _EVAL.search(stderr), _PROMPT_EVAL.search(stderr), _SAMPLING.search(stderr)
+    if ev is None or pe is None or sa is None:
+        raise ValueError("no llama_perf timing lines (\"eval time = ... ms / N runs\", \"sampling time = ... ms\") "
+                         "in its output")
+    return int(ev.group(2)), float(ev.group(1)), float(pe.group(1)), float(sa.group(1))
 
 
 def parse_system_info(stderr: str) -> str | None:
@@ -240,12 +244,14 @@ def speculative_text(stdout: str, prompt_text: str) -> str | None:
 
 
 def _plain_result(cmd: list[str], stdout: str, stderr: str) -> NativeResult:
-    runs, eval_ms, prompt_ms = parse_completion_timings(stderr)
-    # N sampled tokens take N - 1 one-token decodes (the first comes from the prompt's logits), so the
-    # rate per decode is runs / eval time; SpecChat's first step also decodes the last prompt token.
-    tps = runs / (eval_ms / 1000.0) if eval_ms > 0 else 0.0
-    return NativeResult("plain", tuple(cmd), runs + 1, tps, eval_ms, prompt_ms, text=completion_text(stdout),
-                        prompt_tokens=tuple(parse_prompt_tokens(stderr)), system_info=parse_system_info(stderr))
+    runs, eval_ms, prompt_ms, sampling_ms = parse_completion_timings(stderr)
+    # N sampled tokens take N - 1 one-token decodes (the first comes from the prompt's logits), as in SpecChat,
+    # whose rate counts the tokens its decode steps produced over its decode wall time, sampling included.
+    decode_ms = eval_ms + sampling_ms
+    tps = runs / (decode_ms / 1000.0) if decode_ms > 0 else 0.0
+    return NativeResult("plain", tuple(cmd), runs + 1, tps, decode_ms, prompt_ms, text=completion_text(stdout),
+                        prompt_tokens=tuple(parse_prompt_tokens(stderr)), system_info=parse_system_info(stderr),
+                        eval_tokens_per_second=runs / (eval_ms / 1000.0) if eval_ms > 0 else 0.0)
 
 
 def _spec_result(mode: str, cmd: list[str], stdout: str, stderr: str, prompt_text: str) -> NativeResult:

@@ -54,8 +54,8 @@ class TerminalRenderer:
 
 def format_stats(stats: GenerationStats) -> str:
     lines = [
-        f"mode {stats.mode}: {stats.n_tokens} tokens in {stats.decode_ms / 1000:.2f} s = "
-        f"{stats.tokens_per_second:.2f} tokens/s (prompt {stats.n_prompt_tokens} tokens, "
+        f"mode {stats.mode}: {stats.n_tokens} tokens, decoded at {stats.tokens_per_second:.2f} tokens/s over "
+        f"{stats.decode_ms / 1000:.2f} s (prompt {stats.n_prompt_tokens} tokens, "
         f"{stats.prompt_tokens_per_second:.1f} tokens/s)",
     ]
     if stats.drafted:

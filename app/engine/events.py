@@ -40,6 +40,8 @@ class StepEvent:
     emitted: int  # tokens this step added to the reply (accepted + correction/bonus, cut at a stop)
     draft_ms: float
     verify_ms: float
+    # The reply's first step: its logits came from the prompt's pass (no draft, no decode, no time of its own).
+    from_prompt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,9 @@ class GenerationStats:
     mode: str
     n_prompt_tokens: int
     n_tokens: int
-    tokens_per_second: float  # generated tokens / decode time (prefill excluded)
+    # Tokens the decode steps produced / decode time, counted as llama.cpp's eval counts them: the first
+    # token comes from the prompt's pass (prefill time), and a closing end-of-turn token is one decode's work.
+    tokens_per_second: float
     prompt_tokens_per_second: float
     prefill_ms: float
     decode_ms: float

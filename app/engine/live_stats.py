@@ -19,6 +19,7 @@ ROLLING_STEPS = 8  # drafting steps in the rolling acceptance window
 @dataclass
 class LiveStats:
     tokens: int = 0
+    first_tokens: int = 0  # tokens from the prompt's pass (no decode time of their own): not in the rate
     steps: int = 0
     draft_ms: float = 0.0
     verify_ms: float = 0.0
@@ -45,6 +46,8 @@ class LiveStats:
 
     def _step(self, e: StepEvent) -> None:
         self.steps += 1
+        if e.from_prompt:
+            self.first_tokens += e.emitted
         self.k = e.k
         self.draft_ms += e.draft_ms
         self.verify_ms += e.verify_ms
@@ -72,7 +75,7 @@ class LiveStats:
         if self.final:
             return self.final.tokens_per_second
         ms = self.draft_ms + self.verify_ms
-        return self.tokens / (ms / 1000.0) if ms > 0 else 0.0
+        return (self.tokens - self.first_tokens) / (ms / 1000.0) if ms > 0 else 0.0
 
     @property
     def drafted(self) -> int:

@@ -4,6 +4,10 @@ Invariant between steps: the target KV cache holds every context token but the l
 token is the first row of the next verify batch, followed by the K drafted tokens. Row i's logits
 judge draft token i; the row after the last accepted token gives the correction or the bonus.
 With K = 0 the same loop is plain decoding, which is what `mode="none"` runs.
+
+The first step is the exception: as llama.cpp's prompt evaluation does, the prefill decodes the whole
+prompt and keeps the last row's logits, so the first reply token costs no decode of its own (one
+plain step less per reply, and the same batch shapes as llama.cpp's, hence its numerics).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from app.engine.events import (
     Event,
     FinishEvent,
     GenerationStats,
+    GovernorEvent,
     PrefillEvent,
     StepEvent,
     TokenEvent,
@@ -58,6 +63,7 @@ class _Tally:
     """Running totals for the final statistics."""
 
     steps: int = 0
+    decoded: int = 0  # tokens the decode steps produced (not the prefill's first), the end of turn included
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     acceptance: AcceptanceTally = field(default_factory=AcceptanceTally)
@@ -72,18 +78,21 @@ class SpecEngine:
         self.drafter = drafter
 
     def _prefill(self, prompt: Sequence[int], cancel: threading.Event | None) -> Iterator[PrefillEvent]:
-        """Make the target cache hold prompt[:-1], reusing the longest cached prefix, a batch at a
-        time: progress after each, and a set `cancel` stops between batches (the cache then holds a
-        shorter prefix, which the next prompt reuses as it would any other)."""
-        head = list(prompt[:-1])
-        common = self.target.keep_common_prefix(head)
-        total = len(head) - common
+        """Make the target cache hold the prompt, with the last row's logits, reusing the longest cached
+        prefix, a batch at a time: progress after each, and a set `cancel` stops between batches (the
+        cache then holds a shorter prefix, which the next prompt reuses as it would any other)."""
+        tokens = list(prompt)
+        common = self.target.keep_common_prefix(tokens)
+        if common == len(tokens):  # all of it cached, but its last logits are gone: decode the last token again
+            common = self.target.keep_common_prefix(tokens[:-1])
+        total = len(tokens) - common
         step = max(1, self.target.n_batch)
-        for start in range(common, len(head), step):
+        for start in range(common, len(tokens), step):
             if cancel is not None and cancel.is_set():
                 return
-            self.target.decode(head[start:start + step], logits_for="none")
-            yield PrefillEvent(min(start + step, len(head)) - common, total)
+            end = min(start + step, len(tokens))
+            self.target.decode(tokens[start:end], logits_for="last" if end == len(tokens) else "none")
+            yield PrefillEvent(end - common, total)
 
     def generate(
         self,
@@ -130,6 +139,8 @@ class SpecEngine:
         prefill_ms = (time.perf_counter() - t_start) * 1000.0
 
         native_start = self.target.native_ms + self.drafter.native_ms
+        # The prefill ran to the end: its last row holds the first reply token's logits.
+        primed = self.target.tokens == list(prompt)
         context = list(prompt)
         # Counts of the context's last tokens, kept in step with `context` (None: no penalties).
         window = PenaltyWindow(sampling, context) if sampling.penalized else None
@@ -145,30 +156,38 @@ class SpecEngine:
                 if cancel is not None and cancel.is_set():
                     finish = "cancelled"
                     break
-                # Rows n_past..n_past+K must fit, and the reply (prompt + tokens) must too: the next
-                # turn appends to it.
-                room = n_ctx - self.target.n_past - 2
-                if room < 0:
-                    finish = "context"
-                    break
-                limit = min(room, n_predict - len(emitted) - 1)
-                draft, k, copying = self._long_copy(copies, governor, context, limit, sampling)
-                if not copying:
-                    k = min(governor.current_k(), limit)
-                    draft = self.drafter.propose(context, k, sampling, noise) if k > 0 else NO_DRAFT
-                    if k == 0 and k_max > 0 and not governor.enabled and limit > 0:
-                        # Drafting is off, but the drafter may hold a free copy (an n-gram match): verifying it
-                        # costs only the extra rows, so the governor may take it as a probe.
-                        offer = self.drafter.propose_free(context, min(governor.probe_k(), limit), sampling)
-                        if governor.free_probe(len(offer.tokens)):
-                            draft, k = offer, len(offer.tokens)
-                n_before = self.target.n_past
-                t_verify = time.perf_counter()
-                self.target.decode([context[-1], *draft.tokens], logits_for="all")
-                verify_ms = (time.perf_counter() - t_verify) * 1000.0
+                from_prompt = primed
+                if primed:
+                    # The prompt's own pass gave this row (see _prefill): nothing to draft, decode or time.
+                    primed = False
+                    draft, k, copying, verify_ms = NO_DRAFT, 0, False, 0.0
+                    n_before, row0 = self.target.n_past - 1, -1
+                else:
+                    # Rows n_past..n_past+K must fit, and the reply (prompt + tokens) must too: the next
+                    # turn appends to it.
+                    room = n_ctx - self.target.n_past - 2
+                    if room < 0:
+                        finish = "context"
+                        break
+                    limit = min(room, n_predict - len(emitted) - 1)
+                    draft, k, copying = self._long_copy(copies, governor, context, limit, sampling)
+                    if not copying:
+                        k = min(governor.current_k(), limit)
+                        draft = self.drafter.propose(context, k, sampling, noise) if k > 0 else NO_DRAFT
+                        if k == 0 and k_max > 0 and not governor.enabled and limit > 0:
+                            # Drafting is off, but the drafter may hold a free copy (an n-gram match): verifying
+                            # it costs only the extra rows, so the governor may take it as a probe.
+                            offer = self.drafter.propose_free(context, min(governor.probe_k(), limit), sampling)
+                            if governor.free_probe(len(offer.tokens)):
+                                draft, k = offer, len(offer.tokens)
+                    n_before, row0 = self.target.n_past, 0
+                    t_verify = time.perf_counter()
+                    self.target.decode([context[-1], *draft.tokens], logits_for="all")
+                    verify_ms = (time.perf_counter() - t_verify) * 1000.0
                 if window is not None:
                     window.sync(context)
-                out, accepted = self._verify(draft, sampling, noise, len(context), window, track_margins, margins)
+                out, accepted = self._verify(draft, sampling, noise, len(context), window, track_margins, margins,
+                                             row0)
                 # Roll back: keep the last context token and the accepted drafts, drop the rejected rows.
                 self.target.truncate(n_before + 1 + accepted)
 
@@ -177,15 +196,17 @@ class SpecEngine:
                 tally.acceptance.add(len(draft.tokens), accepted)
                 tally.draft_ms += draft.ms
                 tally.verify_ms += verify_ms
-                # The draft governor learns from every step, copies included (its pooled evidence is what it
-                # judged by before long copies had a governor); the copy governor from the copies alone.
-                events = [governor.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens), accepted,
-                                           draft.ms, self.drafter.costs_time, k_asked=k)]
-                if copies is not None and copying:
-                    events.append(copies.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens),
-                                                 accepted, draft.ms, False, k_asked=k))
-                elif copies is not None:
-                    copies.idle(accepted + 1)
+                events: list[GovernorEvent | None] = []
+                if not from_prompt:
+                    # The draft governor learns from every step, copies included (its pooled evidence is what it
+                    # judged by before long copies had a governor); the copy governor from the copies alone.
+                    events.append(governor.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens),
+                                                   accepted, draft.ms, self.drafter.costs_time, k_asked=k))
+                    if copies is not None and copying:
+                        events.append(copies.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens),
+                                                     accepted, draft.ms, False, k_asked=k))
+                    elif copies is not None:
+                        copies.idle(accepted + 1)
 
                 keep: list[tuple[int, TokenFate, float | None, float | None]] = []
                 for item in out:
@@ -195,11 +216,14 @@ class SpecEngine:
                     keep.append(item)
                     if len(emitted) + len(keep) >= n_predict:
                         break
+                if not from_prompt:
+                    # What llama.cpp's eval counts: every token a decode produced, the end of turn included.
+                    tally.decoded += len(keep) + (finish == "stop")
                 rejected = draft.tokens[accepted:]
                 yield StepEvent(
                     step=step, position=len(emitted), k=k, drafted=draft.tokens, accepted=accepted,
                     rejected=rejected, rejected_text=self.model.detokenize(rejected), emitted=len(keep),
-                    draft_ms=draft.ms, verify_ms=verify_ms,
+                    draft_ms=draft.ms, verify_ms=verify_ms, from_prompt=from_prompt,
                 )
                 for token, fate, p, q in keep:
                     text = utf8.decode(self.model.piece(token))
@@ -248,27 +272,29 @@ class SpecEngine:
         return NO_DRAFT, 0, False
 
     def _verify(self, draft: Draft, sampling: SamplingParams, noise: SampleNoise, position: int,
-                window: PenaltyWindow | None, track_margins: bool,
-                margins: list[float]) -> tuple[list[tuple[int, TokenFate, float | None, float | None]], int]:
+                window: PenaltyWindow | None, track_margins: bool, margins: list[float],
+                row0: int = 0) -> tuple[list[tuple[int, TokenFate, float | None, float | None]], int]:
         """Judge the draft row by row: row i's own choice (argmax, or the coupled sample for sequence
         position `position + i`) is emitted; the draft token is accepted when it equals that choice.
         With penalties, row i is penalised with its own context: the window holds the context, and each
-        accepted draft token is pushed before the next row (and taken back out before returning)."""
+        accepted draft token is pushed before the next row (and taken back out before returning).
+        `row0`: the logits row of the first judged row (-1: the prefill's last row)."""
         if window is None:
-            return self._judge(draft, sampling, noise, position, None, track_margins, margins)
+            return self._judge(draft, sampling, noise, position, None, track_margins, margins, row0)
         before = window.length
         try:
-            return self._judge(draft, sampling, noise, position, window, track_margins, margins)
+            return self._judge(draft, sampling, noise, position, window, track_margins, margins, row0)
         finally:
             window.truncate(before)
 
     def _judge(self, draft: Draft, sampling: SamplingParams, noise: SampleNoise, position: int,
-               window: PenaltyWindow | None, track_margins: bool,
-               margins: list[float]) -> tuple[list[tuple[int, TokenFate, float | None, float | None]], int]:
+               window: PenaltyWindow | None, track_margins: bool, margins: list[float],
+               row0: int) -> tuple[list[tuple[int, TokenFate, float | None, float | None]], int]:
         out: list[tuple[int, TokenFate, float | None, float | None]] = []
         n = len(draft.tokens)
         for i in range(n + 1):
-            logits = self.target.logits(i) if window is None else window.apply(self.target.logits(i))
+            row = self.target.logits(row0 + i)
+            logits = row if window is None else window.apply(row)
             if track_margins:
                 margins.append(top_two_margin(logits))
             p_choice: float | None = None
@@ -299,7 +325,7 @@ class SpecEngine:
             mode=self.drafter.mode,
             n_prompt_tokens=n_prompt,
             n_tokens=n_tokens,
-            tokens_per_second=n_tokens / (decode_ms / 1000.0) if decode_ms > 0 else 0.0,
+            tokens_per_second=tally.decoded / (decode_ms / 1000.0) if decode_ms > 0 else 0.0,
             prompt_tokens_per_second=n_prefilled / (prefill_ms / 1000.0) if prefill_ms > 0 and n_prefilled else 0.0,
             prefill_ms=prefill_ms,
             decode_ms=decode_ms,
