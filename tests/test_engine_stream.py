@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from app.engine.events import FinishEvent, TokenEvent
@@ -94,6 +95,34 @@ def test_prompt_processing_reports_progress_and_stop_ends_it_between_batches(smo
         assert finish.tokens == () and sum(isinstance(e, PrefillEvent) for e in seen) == 1
         again = list(session.generate(other, GenParams("none", 2)))[-1]  # the partial cache is reused
         assert again.stats.finish_reason in ("length", "stop") and again.tokens
+
+
+def test_first_token_comes_from_the_prompt_pass_and_a_rerun_reuses_it(smol_session):
+    """The prefill keeps the prompt's last logits: the first token needs no decode step, and the same prompt
+    again (a regenerate, a bench round) reuses them instead of decoding the last token alone, which rounds
+    differently from the batch and could pick another token at a near-tie."""
+    from app.engine.events import FinishEvent, PrefillEvent, StepEvent
+
+    prompt = smol_session.chat_prompt([{"role": "user", "content": "Name three colours."}])
+    ctx = smol_session.target_ctx
+    ctx.clear()
+    first = _collect(smol_session, prompt, GenParams("none", 12))
+    steps = [e for e in first if isinstance(e, StepEvent)]
+    assert steps[0].from_prompt and steps[0].verify_ms == 0.0 and not any(s.from_prompt for s in steps[1:])
+    finish = first[-1]
+    assert isinstance(finish, FinishEvent) and finish.stats.finish_reason == "length"
+    # 12 tokens: the first from the prompt's pass, 11 from decode steps, which the rate counts.
+    assert finish.stats.tokens_per_second * finish.stats.decode_ms / 1000 == pytest.approx(11)
+    kept = ctx.kept_logits(len(prompt))
+    assert kept is not None and int(np.argmax(kept)) == finish.tokens[0]
+
+    again = _collect(smol_session, prompt, GenParams("none", 12))
+    assert not any(isinstance(e, PrefillEvent) for e in again) and again[-1].tokens == finish.tokens
+    # Cut below the prompt's end, the kept logits are gone and the prompt's tail is decoded again.
+    ctx.truncate(len(prompt) - 3)
+    assert ctx.kept_logits(len(prompt)) is None
+    third = _collect(smol_session, prompt, GenParams("none", 12))
+    assert [e.done for e in third if isinstance(e, PrefillEvent)] == [3]
 
 
 def test_long_copies_on_auto_run_only_where_the_target_is_on_a_gpu(smol_session, monkeypatch):

@@ -39,10 +39,11 @@ WARMUP_N_PREDICT = 16
 ROLES = ("system", "user", "assistant")
 
 MEASUREMENT = {
-    "specchat": "generated tokens / wall time of the decode loop after prefill (drafting, verification, sampling "
-                "and Python included; the first step decodes the last prompt token)",
-    "llama.cpp:plain": "llama-completion's llama_perf \"eval time = X ms / N runs\": N one-token decodes / X "
-                       "(llama_decode only; prompt and sampling excluded)",
+    "specchat": "tokens its decode steps produced (an end-of-turn token included, the first token, which comes "
+                "from the prompt's pass, not) / wall time of the decode loop after prefill (drafting, "
+                "verification, sampling and Python included)",
+    "llama.cpp:plain": "llama-completion's llama_perf \"eval time = X ms / N runs\" and \"sampling time = S ms\": "
+                       "N one-token decodes / (X + S) (prompt excluded; llama_decode alone: eval_rounds_tps)",
     "llama.cpp:speculative": "llama-speculative-simple's \"decoded N tokens in X seconds\": wall time of its "
                              "draft/verify loop after the prompt (its first batch holds the last prompt token)",
 }

@@ -83,7 +83,10 @@ class SpecEngine:
         cache then holds a shorter prefix, which the next prompt reuses as it would any other)."""
         tokens = list(prompt)
         common = self.target.keep_common_prefix(tokens)
-        if common == len(tokens):  # all of it cached, but its last logits are gone: decode the last token again
+        if common == len(tokens):
+            if self.target.kept_logits(len(tokens)) is not None:
+                return  # the same prompt again (a bench round, a regenerate): its prefill's logits are kept
+            # Decoding the last token alone would round differently from the batch that first gave its logits.
             common = self.target.keep_common_prefix(tokens[:-1])
         total = len(tokens) - common
         step = max(1, self.target.n_batch)
@@ -92,6 +95,8 @@ class SpecEngine:
                 return
             end = min(start + step, len(tokens))
             self.target.decode(tokens[start:end], logits_for="last" if end == len(tokens) else "none")
+            if end == len(tokens):
+                self.target.keep_last_logits()
             yield PrefillEvent(end - common, total)
 
     def generate(
@@ -139,8 +144,9 @@ class SpecEngine:
         prefill_ms = (time.perf_counter() - t_start) * 1000.0
 
         native_start = self.target.native_ms + self.drafter.native_ms
-        # The prefill ran to the end: its last row holds the first reply token's logits.
-        primed = self.target.tokens == list(prompt)
+        # The prefill ran to the end: the first reply token's logits are kept (None: it was cancelled).
+        first = self.target.kept_logits(len(prompt)) if self.target.n_past == len(prompt) else None
+        primed = first is not None
         context = list(prompt)
         # Counts of the context's last tokens, kept in step with `context` (None: no penalties).
         window = PenaltyWindow(sampling, context) if sampling.penalized else None
@@ -161,7 +167,7 @@ class SpecEngine:
                     # The prompt's own pass gave this row (see _prefill): nothing to draft, decode or time.
                     primed = False
                     draft, k, copying, verify_ms = NO_DRAFT, 0, False, 0.0
-                    n_before, row0 = self.target.n_past - 1, -1
+                    n_before, rows = self.target.n_past - 1, first
                 else:
                     # Rows n_past..n_past+K must fit, and the reply (prompt + tokens) must too: the next
                     # turn appends to it.
@@ -180,14 +186,14 @@ class SpecEngine:
                             offer = self.drafter.propose_free(context, min(governor.probe_k(), limit), sampling)
                             if governor.free_probe(len(offer.tokens)):
                                 draft, k = offer, len(offer.tokens)
-                    n_before, row0 = self.target.n_past, 0
+                    n_before, rows = self.target.n_past, None
                     t_verify = time.perf_counter()
                     self.target.decode([context[-1], *draft.tokens], logits_for="all")
                     verify_ms = (time.perf_counter() - t_verify) * 1000.0
                 if window is not None:
                     window.sync(context)
                 out, accepted = self._verify(draft, sampling, noise, len(context), window, track_margins, margins,
-                                             row0)
+                                             rows)
                 # Roll back: keep the last context token and the accepted drafts, drop the rejected rows.
                 self.target.truncate(n_before + 1 + accepted)
 
@@ -273,27 +279,27 @@ class SpecEngine:
 
     def _verify(self, draft: Draft, sampling: SamplingParams, noise: SampleNoise, position: int,
                 window: PenaltyWindow | None, track_margins: bool, margins: list[float],
-                row0: int = 0) -> tuple[list[tuple[int, TokenFate, float | None, float | None]], int]:
+                first: np.ndarray | None = None) -> tuple[list[tuple[int, TokenFate, float | None, float | None]], int]:
         """Judge the draft row by row: row i's own choice (argmax, or the coupled sample for sequence
         position `position + i`) is emitted; the draft token is accepted when it equals that choice.
         With penalties, row i is penalised with its own context: the window holds the context, and each
         accepted draft token is pushed before the next row (and taken back out before returning).
-        `row0`: the logits row of the first judged row (-1: the prefill's last row)."""
+        `first`: the first row's logits when they are not row 0 of the last decode (the prefill's, kept)."""
         if window is None:
-            return self._judge(draft, sampling, noise, position, None, track_margins, margins, row0)
+            return self._judge(draft, sampling, noise, position, None, track_margins, margins, first)
         before = window.length
         try:
-            return self._judge(draft, sampling, noise, position, window, track_margins, margins, row0)
+            return self._judge(draft, sampling, noise, position, window, track_margins, margins, first)
         finally:
             window.truncate(before)
 
     def _judge(self, draft: Draft, sampling: SamplingParams, noise: SampleNoise, position: int,
                window: PenaltyWindow | None, track_margins: bool, margins: list[float],
-               row0: int) -> tuple[list[tuple[int, TokenFate, float | None, float | None]], int]:
+               first: np.ndarray | None) -> tuple[list[tuple[int, TokenFate, float | None, float | None]], int]:
         out: list[tuple[int, TokenFate, float | None, float | None]] = []
         n = len(draft.tokens)
         for i in range(n + 1):
-            row = self.target.logits(row0 + i)
+            row = first if i == 0 and first is not None else self.target.logits(i)
             logits = row if window is None else window.apply(row)
             if track_margins:
                 margins.append(top_two_margin(logits))

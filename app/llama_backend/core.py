@@ -336,6 +336,8 @@ class LlamaContext:
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.tokens: list[int] = []  # what the KV cache holds, position by position
+        # (n, a copy of the logits that followed tokens[:n]), kept by keep_last_logits until the cache is cut below n
+        self._kept: tuple[int, np.ndarray] | None = None
         self.native_ms = 0.0  # time spent inside llama_decode, to tell engine overhead from model time
 
     def decode(self, tokens: Sequence[int], logits_for: str = "last") -> None:
@@ -385,15 +387,27 @@ class LlamaContext:
             raise LlamaError(f"llama.cpp returned no logits for row {row} of the last batch")
         return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
 
+    def keep_last_logits(self) -> None:
+        """Keep a copy of the last decode's last row, the logits after everything cached so far."""
+        self._kept = (self.n_past, np.array(self.logits(-1)))
+
+    def kept_logits(self, n: int) -> np.ndarray | None:
+        """The kept logits if they follow exactly the first n cached positions, else None."""
+        kept = self._kept
+        return kept[1] if kept is not None and kept[0] == n <= self.n_past else None
+
     def truncate(self, n_keep: int) -> None:
         """Drop every cached position >= n_keep (the rollback after a rejected draft)."""
         if n_keep < self.n_past:
             llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1)
             del self.tokens[n_keep:]
+        if self._kept is not None and n_keep < self._kept[0]:
+            self._kept = None
 
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self._mem, True)
         self.tokens.clear()
+        self._kept = None
 
     @property
     def max_rows(self) -> int:
