@@ -145,8 +145,7 @@ class SpecEngine:
 
         native_start = self.target.native_ms + self.drafter.native_ms
         # The prefill ran to the end: the first reply token's logits are kept (None: it was cancelled).
-        first = self.target.kept_logits(len(prompt)) if self.target.n_past == len(prompt) else None
-        primed = first is not None
+        first = self.target.kept_logits(len(prompt))
         context = list(prompt)
         # Counts of the context's last tokens, kept in step with `context` (None: no penalties).
         window = PenaltyWindow(sampling, context) if sampling.penalized else None
@@ -162,10 +161,9 @@ class SpecEngine:
                 if cancel is not None and cancel.is_set():
                     finish = "cancelled"
                     break
-                from_prompt = primed
-                if primed:
+                from_prompt = first is not None and tally.steps == 0
+                if from_prompt:
                     # The prompt's own pass gave this row (see _prefill): nothing to draft, decode or time.
-                    primed = False
                     draft, k, copying, verify_ms = NO_DRAFT, 0, False, 0.0
                     n_before, rows = self.target.n_past - 1, first
                 else:
