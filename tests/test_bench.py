@@ -366,8 +366,8 @@ def test_bench_cli_multi_turn_rows_and_new_fields(smol_path, tmp_path):
     assert runs[2]["kind"] == "multi-turn"
     assert data["settings"]["repeat"] == 2 and data["settings"]["warmup"] is True
     assert "specchat" in data["measurement"] and "native" not in data
-    # The settings' "auto" long copies, as this machine ran them: off on a CPU-only build.
-    assert data["settings"]["spec"]["copy_max"] == 0
+    # The settings' "auto" long copies, as this machine ran them: K up to 31, sure copies only on a CPU build.
+    assert data["settings"]["spec"]["copy_max"] == 31 and data["settings"]["spec"]["sure_copies"] is True
 
 
 def test_bench_cli_native_without_tools_fails_before_loading(smol_path, tmp_path):

@@ -125,18 +125,19 @@ def test_first_token_comes_from_the_prompt_pass_and_a_rerun_reuses_it(smol_sessi
     assert [e.done for e in third if isinstance(e, PrefillEvent)] == [3]
 
 
-def test_long_copies_on_auto_run_only_where_the_target_is_on_a_gpu(smol_session, monkeypatch):
-    """copy_max "auto" (the settings' default): K up to 31 for long copies where the target is offloaded
-    to a GPU, off on the CPU, where 32-row verifies cost more than they save; explicit values stand."""
+def test_long_copies_are_governed_on_a_gpu_and_sure_on_the_cpu(smol_session, monkeypatch):
+    """copy_max "auto" (the settings' default) is K up to 31 for long copies; where the target runs on a GPU
+    the copy governor judges them, on the CPU only sure copies are taken; explicit values stand."""
     import app.engine.session as session_mod
-    from app.engine.drafters import COPY_MAX_AUTO, GPU_COPY_MAX
+    from app.engine.drafters import AUTO_COPY_MAX, COPY_MAX_AUTO
     from app.engine.speculative import SpecParams
     from app.llama_backend import supports_gpu_offload
 
     auto = SpecParams(copy_max=COPY_MAX_AUTO)
-    assert smol_session.resolve_spec(auto).copy_max == (GPU_COPY_MAX if supports_gpu_offload() else 0)
+    on_gpu = supports_gpu_offload() and smol_session.config.n_gpu_layers != 0
+    assert smol_session.resolve_spec(auto) == SpecParams(copy_max=AUTO_COPY_MAX, sure_copies=not on_gpu)
     assert smol_session.resolve_spec(SpecParams(copy_max=15)).copy_max == 15
     monkeypatch.setattr(session_mod, "supports_gpu_offload", lambda: True)
-    assert smol_session.resolve_spec(auto) == SpecParams(copy_max=GPU_COPY_MAX)
+    assert smol_session.resolve_spec(auto) == SpecParams(copy_max=AUTO_COPY_MAX)
     monkeypatch.setattr(smol_session, "config", replace(smol_session.config, n_gpu_layers=0))
-    assert smol_session.resolve_spec(auto).copy_max == 0  # the target was kept on the CPU
+    assert smol_session.resolve_spec(auto) == SpecParams(copy_max=AUTO_COPY_MAX, sure_copies=True)  # target on the CPU

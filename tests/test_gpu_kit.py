@@ -124,8 +124,11 @@ def test_dry_run_writes_every_report_field(tmp_path: Path, target_path: Path, dr
         assert set(range(1, 17)) <= {int(k) for k in report["verify_ms"][model]}
     assert set(report["identity"]["target-1.5b"]) == {"flash_attn_on", "flash_attn_off"}
     assert set(report["engine_overhead_pct"]["1.5b/0.5b"]) == {"none", "lookup", "draft", "hybrid", "lookup-no-copies"}
-    # The app's defaults: long copies on "auto", so off on this CPU build (K up to 31 on a GPU).
-    assert {r["copy_max"] for r in report["engine"]["1.5b/0.5b"].values()} == {0}
+    # The app's defaults: long copies on "auto", K up to 31, as sure copies on this CPU build (the copy
+    # governor's on a GPU); "lookup-no-copies" turns them off.
+    runs = report["engine"]["1.5b/0.5b"]
+    assert {r["copy_max"] for name, r in runs.items() if name != "lookup-no-copies"} == {31}
+    assert runs["lookup-no-copies"]["copy_max"] == 0 and all(r["sure_copies"] for r in runs.values())
     assert {32, 24} <= {int(k) for k in report["verify_ms"]["target-1.5b"]}
     for pair in ("1.5b/0.5b", "7b/0.5b"):
         assert set(report["predicted_speedup"][pair]) == {"draft", "lookup", "hybrid"}

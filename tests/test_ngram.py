@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from app.engine.drafters import GPU_COPY_MAX, Draft, Drafter, HybridDrafter, LookupDrafter, ModelDrafter
+from app.engine.drafters import AUTO_COPY_MAX, Draft, Drafter, HybridDrafter, LookupDrafter, ModelDrafter
 from app.engine.events import FinishEvent, StepEvent
 from app.engine.ngram import NgramIndex, NgramParams, PromptLookup
 from app.engine.sampling import Dist, SamplingParams
@@ -367,14 +367,15 @@ def test_lookup_and_hybrid_reproduce_plain_decoding_on_an_edit_prompt(demo_sessi
     assert lookup.stats.acceptance_rate >= 0.7
 
 
-@pytest.mark.parametrize("mode", ["lookup", "hybrid"])  # hybrid: "auto" on a GPU
-def test_adaptive_lookup_drafts_long_copies_and_reproduces_plain_decoding(demo_session, mode) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("mode", "sure"), [("lookup", False), ("hybrid", False), ("lookup", True)])
+def test_adaptive_lookup_drafts_long_copies_and_reproduces_plain_decoding(demo_session, mode, sure) -> None:  # type: ignore[no-untyped-def]
     from app.cli.bench import first_divergence, run_once
 
     prompt = demo_session.chat_prompt([{"role": "user", "content": EDIT_PROMPT}])
     plain = run_once(demo_session, prompt, GenParams("none", N_PREDICT, track_margins=True))
-    # Adaptive, with long copies as "auto" runs them on a GPU: their own governor and K up to 31.
-    spec = SpecParams(draft_max=6, copy_max=GPU_COPY_MAX)
+    # Adaptive, with long copies as "auto" runs them: K up to 31, under their own governor (a GPU; hybrid is
+    # "auto" there) or as sure copies (the CPU).
+    spec = SpecParams(draft_max=6, copy_max=AUTO_COPY_MAX, sure_copies=sure)
     events = list(demo_session.generate(prompt, GenParams(mode, N_PREDICT, spec=spec)))
     run = _finish(events)
     steps = [e for e in events if isinstance(e, StepEvent)]
@@ -385,6 +386,31 @@ def test_adaptive_lookup_drafts_long_copies_and_reproduces_plain_decoding(demo_s
     assert divergence is None or divergence.margin < 0.5, divergence
     if divergence is None:
         assert run.tokens == plain.tokens
+
+
+def test_a_sure_copy_stops_before_a_token_the_reply_edited_before() -> None:
+    # A rename: the reply copies the passage with its name token 77 replaced by 88, wherever it occurs.
+    passage = [*range(100, 120), 77, *range(120, 160), 77, *range(160, 170)]
+    prompt = [1, 2, *passage, 3, 4]
+    reply = [88 if t == 77 else t for t in passage]
+    lookup = PromptLookup()
+    lookup.prepare(prompt)
+    context = [*prompt, *reply[:3]]
+    assert lookup.propose(context, 4) is not None  # the key match starts the copy
+    context += reply[3:18]
+    copy = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
+    assert copy is not None and copy.tokens == tuple(passage[18:49])  # nothing edited yet: no cut
+    context += reply[18:21]  # 88 where the source has 77: the copy breaks there ...
+    assert lookup.running_copy(context, 31, min_run=1) is None
+    for _ in range(20):  # ... and resumes after it, at the next lookup that finds its spot again
+        if lookup.propose(context, 6) is not None and lookup.running_copy(context, 31, min_run=16) is not None:
+            break
+        context.append(reply[len(context) - len(prompt)])
+    at = len(context) - len(prompt)
+    cut = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
+    whole = lookup.running_copy(context, 31, min_run=16)
+    assert whole is not None and 77 in whole.tokens  # the copy itself runs on past the next 77 ...
+    assert cut is not None and cut.tokens == tuple(passage[at : passage.index(77, at)])  # ... a sure one stops
 
 
 def test_running_copy_only_looks() -> None:

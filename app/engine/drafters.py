@@ -31,18 +31,15 @@ def auto_mode(has_draft: bool, gpu_offload: bool) -> str:
     return "hybrid" if has_draft and gpu_offload else "lookup"
 
 
-# Long running copies (SpecParams.copy_max) on "auto", the settings' default: K up to 31 where the target
-# runs on a GPU, off on the CPU. A GPU verifies 32 rows for little more than one, so a copy that agrees for
-# 31 tokens is worth verifying at once, as llama.cpp's ngram-map-k does with 48; on the 2-core CPU a
-# 32-row verify costs 11-16 plain steps, and the long copies that fail cost more than the ones that
-# succeed win. Replayed on the bench's copy prompts: 2.21x against 1.96x of plain steps with GPU-like
-# costs, 1.18x against 1.25x with the CPU's measured ones (docs/BENCHMARKS.md, run 9).
+# Long running copies (SpecParams.copy_max) on "auto", the settings' default: K up to 31 on a GPU and on the
+# CPU, judged differently. A GPU verifies 32 rows for little more than one, so a copy that agrees for 8 tokens
+# is worth verifying 31 tokens ahead under the copy governor, as llama.cpp's ngram-map-k does with 48 (replayed:
+# 2.21x against 1.96x of plain steps with GPU-like costs). On the 2-core CPU a 32-row verify costs 11-16 plain
+# steps, so a long copy that fails early loses more than the ones that succeed win (1.18x against 1.25x with
+# the copy governor): there only sure copies are taken (SpecParams.sure_copies, SURE_COPY_*), which replayed
+# at 1.27-1.31x against 1.20-1.28x on three measured cost tables (docs/BENCHMARKS.md, runs 9 and 11).
 COPY_MAX_AUTO = -1
-GPU_COPY_MAX = 31
-
-
-def auto_copy_max(gpu_offload: bool) -> int:
-    return GPU_COPY_MAX if gpu_offload else 0
+AUTO_COPY_MAX = 31
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +63,12 @@ class Drafter(Protocol):
         """A proposal that costs nothing to make (an n-gram copy), or an empty draft. The engine offers it to
         the governor as a probe while drafting is off."""
 
-    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure: bool = False) -> Draft:
         """Up to k tokens of a long running copy (the reply has agreed with an earlier passage for at least
         COPY_MIN_RUN tokens), or an empty draft. Such copies are judged by a governor of their own: they are
-        right far more often than other proposals, so they pay at a K that other drafts would lose at."""
+        right far more often than other proposals, so they pay at a K that other drafts would lose at.
+        sure: only a copy that has agreed for SURE_COPY_RUN tokens, cut before the next token the reply
+        edited before (PromptLookup.running_copy): what the CPU verifies long."""
 
     def prepare(self, context: list[int]) -> None:
         """Called once per reply before the first step (the model drafter prefills the prompt)."""
@@ -91,7 +90,7 @@ class _ModelFree:
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         return NO_DRAFT
 
-    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure: bool = False) -> Draft:
         return NO_DRAFT
 
 
@@ -141,8 +140,8 @@ class LookupDrafter(_ModelFree):
         # of prose and fresh code were what made lookup 5-14% slower than plain there.
         return _ngram_draft(self.lookup, context, k, sampling, max(self.min_match, PROBE_MIN_MATCH)) or NO_DRAFT
 
-    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
-        return _copy_draft(self.lookup, context, k, sampling)
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure: bool = False) -> Draft:
+        return _copy_draft(self.lookup, context, k, sampling, sure)
 
 
 PROBE_MIN_MATCH = 4  # context tokens agreeing with a free probe's source (as hybrid's n-gram copies)
@@ -150,11 +149,18 @@ PROBE_MIN_MATCH = 4  # context tokens agreeing with a free probe's source (as hy
 # the bench's copy prompts such copies were right for 9 tokens in 10 or more; shorter ones often end at the
 # next edit (docs/BENCHMARKS.md, run 6).
 COPY_MIN_RUN = 8
+# Sure copies (the CPU's long copies): the running copy has agreed for SURE_COPY_RUN tokens and is cut before
+# the next token the reply edited before; verified long only when that leaves SURE_COPY_MIN tokens or more
+# (SpecEngine._long_copy). Replayed on the bench's copy prompts with three measured CPU cost tables, 16 and 12
+# were ahead of 8 and 12 on every table (docs/BENCHMARKS.md, run 11).
+SURE_COPY_RUN = 16
+SURE_COPY_MIN = 12
 
 
-def _copy_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+def _copy_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams, sure: bool) -> Draft:
     start = time.perf_counter()
-    proposal = lookup.running_copy(context, k, COPY_MIN_RUN)
+    proposal = (lookup.running_copy(context, k, SURE_COPY_RUN, cut_at_edits=True) if sure
+                else lookup.running_copy(context, k, COPY_MIN_RUN))
     return NO_DRAFT if proposal is None else _copy_as_draft(proposal.tokens, sampling, start)
 
 
@@ -209,7 +215,7 @@ class ModelDrafter:
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         return NO_DRAFT
 
-    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure: bool = False) -> Draft:
         return NO_DRAFT
 
     def prepare(self, context: list[int]) -> None:
@@ -304,5 +310,5 @@ class HybridDrafter:
         """While the governor has the draft model off, hybrid still offers long n-gram copies, as lookup does."""
         return _ngram_draft(self.lookup, context, k, sampling, max(self.min_match, PROBE_MIN_MATCH)) or NO_DRAFT
 
-    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
-        return _copy_draft(self.lookup, context, k, sampling)
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure: bool = False) -> Draft:
+        return _copy_draft(self.lookup, context, k, sampling, sure)

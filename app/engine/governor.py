@@ -181,6 +181,20 @@ class Governor:
             return self.k_max
         return min(self.k_max, max(self.tuning.min_free_probe, self._best(self._rates(self.acceptance(), costs))))
 
+    def copy_pays(self, n: int) -> bool:
+        """Would a copy of n tokens, fully accepted, emit more tokens per ms than this governor expects of its
+        own K (of plain decoding while drafting is off)? A row count never timed is priced at the least it can
+        cost, so each is timed once: a long verify's price is not guessed from short ones (CPU kernels change
+        with the row count: 8 rows cost 5.4 plain steps on one CI CPU, 12 rows 6.1)."""
+        verify = self._costs.table()
+        if verify is None or not 1 <= n + 1 <= self._costs.max_rows or not self._costs.measured(1):
+            return False
+        rates = self.expected_rates() if self.enabled else None
+        here = max(rates[1:]) if rates is not None and len(rates) > 1 else 1.0 / verify[1]
+        if not self._costs.measured(n + 1):
+            verify = self._costs.optimistic_table() or verify
+        return (n + 1) / verify[n + 1] > here
+
     # --- estimates ---------------------------------------------------------------------------------------
 
     def acceptance(self) -> float:

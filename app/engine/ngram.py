@@ -179,6 +179,9 @@ class PromptLookup:
         self._run = 0  # context tokens the running copy agrees with
         self._copied = 0  # tokens the running copy has supplied since it started
         self._anchor: int | None = None  # source position where the last copy broke off (an edit starts there)
+        # Source tokens at which this reply's copies broke off: where the reply edited its source once (a renamed
+        # name, a changed separator), it will likely edit the same token again (see running_copy's cut).
+        self._edited: set[int] = set()
         self._pending: Proposal | None = None  # the last committed draft, scored when the context grows
         self._caps: dict[tuple[int, int], int] = {}  # a key's draft cap after it drafted wrong tokens
         # How this reply's drafts have fared, per drafted token, decayed per draft (see `trusted`). The prior
@@ -210,17 +213,21 @@ class PromptLookup:
             return True
         return self._hits >= TRUST_RATE * self._tries
 
-    def running_copy(self, context: Sequence[int], k: int, min_run: int) -> Proposal | None:
+    def running_copy(self, context: Sequence[int], k: int, min_run: int, cut_at_edits: bool = False) -> Proposal | None:
         """The running copy's next tokens, where it agrees with at least the last `min_run` context tokens.
 
-        Only looks: a following `propose` selects as it would have (a copy needs no commit, since `_follow`
-        scores it from the context alone).
+        cut_at_edits: stop before the next source token at which one of this reply's copies broke off before
+        (a rename edits every occurrence of the old name): the copy's tokens up to there are likely right, the
+        ones after it likely wrong. Only looks: a following `propose` selects as it would have (a copy needs
+        no commit, since `_follow` scores it from the context alone).
         """
         self._advance(context)
         s = self._src
         if s is None or self._run < min_run or k <= 0:
             return None
         n = min(k, len(context) - s, self.params.tokens_per_match * self._run)
+        if cut_at_edits and self._edited:
+            n = next((i for i in range(n) if context[s + i] in self._edited), n)
         return Proposal(tuple(context[s : s + n]), s, self._run, None) if n > 0 else None
 
     def _advance(self, context: Sequence[int]) -> None:
@@ -259,6 +266,7 @@ class PromptLookup:
             return
         for token in new:
             if context[s] != token:
+                self._edited.add(context[s])
                 # A short accidental match elsewhere must not move the spot the reply was copying from.
                 if self._copied >= self.params.resync_min_copy:
                     self._anchor = s

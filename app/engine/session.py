@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.drafters import (
+    AUTO_COPY_MAX,
     CHOICES,
     MODES,
     NEEDS_DRAFT,
@@ -19,7 +20,6 @@ from app.engine.drafters import (
     LookupDrafter,
     ModelDrafter,
     NoDrafter,
-    auto_copy_max,
     auto_mode,
 )
 from app.engine.events import Event
@@ -95,14 +95,15 @@ class SpecSession:
         return auto_mode(self.draft_ctx is not None, supports_gpu_offload())
 
     @property
-    def auto_copy_max(self) -> int:
-        """What copy_max "auto" (COPY_MAX_AUTO) is on this session: long copies only where the target is
-        offloaded to a GPU."""
-        return auto_copy_max(supports_gpu_offload() and self.config.n_gpu_layers != 0)
+    def target_on_gpu(self) -> bool:
+        return supports_gpu_offload() and self.config.n_gpu_layers != 0
 
     def resolve_spec(self, spec: SpecParams) -> SpecParams:
-        """The speculation settings a reply runs with: "auto" values resolved for this session."""
-        return spec if spec.copy_max >= 0 else replace(spec, copy_max=self.auto_copy_max)
+        """The speculation settings a reply runs with: "auto" values resolved for this session, and long copies
+        judged as this device pays for them: by the copy governor where the target runs on a GPU, as sure
+        copies only on the CPU (drafters.AUTO_COPY_MAX)."""
+        copy_max = AUTO_COPY_MAX if spec.copy_max < 0 else spec.copy_max
+        return replace(spec, copy_max=copy_max, sure_copies=not self.target_on_gpu)
 
     def _engine(self, mode: str, spec: SpecParams) -> SpecEngine:
         if mode not in CHOICES:

@@ -22,7 +22,7 @@ import numpy as np
 
 from app.engine.acceptance import AcceptanceTally
 from app.engine.cost_model import RowCosts
-from app.engine.drafters import NO_DRAFT, Draft, Drafter
+from app.engine.drafters import NO_DRAFT, SURE_COPY_MIN, Draft, Drafter
 from app.engine.events import (
     Event,
     FinishEvent,
@@ -52,10 +52,14 @@ class SpecParams:
     k_start: int = 3  # first K when adaptive: a cheap first draft while the governor measures
     # The most tokens of a long running copy drafted per step (lookup and hybrid, adaptive runs only; 0: off),
     # under a governor of its own. The engine's own default is off; the app's is "auto" (drafters.COPY_MAX_AUTO,
-    # negative), which SpecSession.resolve_spec turns into 31 on a GPU and 0 on the CPU, where a 16-row verify
-    # costs 6.7 plain steps and long copies lost on average (docs/BENCHMARKS.md, runs 6-9). The engine reads
-    # an unresolved negative value as off.
+    # negative), which SpecSession.resolve_spec turns into 31. The engine reads an unresolved negative value
+    # as off.
     copy_max: int = 0
+    # Take only sure copies instead (drafters.SURE_COPY_*): a copy that agreed for 16 tokens, cut before the
+    # next token the reply edited before, at 12 tokens or more, when a fully accepted one beats drafting's
+    # expected rate. What resolve_spec picks on the CPU, where a 16-row verify costs 6.7 plain steps and a long
+    # copy that fails early loses more than the copy governor's successes win (docs/BENCHMARKS.md, runs 6-11).
+    sure_copies: bool = False
 
 
 @dataclass(slots=True)
@@ -130,7 +134,8 @@ class SpecEngine:
         costs = RowCosts(max(k_max, kc_max) + 1)
         governor = Governor(k_max, spec.k_start, spec.adaptive, costs=costs)
         copies = (Governor(kc_max, spec.k_start, tuning=COPY_TUNING, costs=costs, scope="copy", plain_first=False)
-                  if kc_max > 0 else None)
+                  if kc_max > 0 and not spec.sure_copies else None)
+        sure_max = kc_max if spec.sure_copies else 0
         noise = SampleNoise(sampling.seed) if sampling.seed is not None else SampleNoise.fresh()
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
@@ -174,7 +179,8 @@ class SpecEngine:
                         finish = "context"
                         break
                     limit = min(room, n_predict - len(emitted) - 1)
-                    draft, k, copying = self._long_copy(copies, governor, context, limit, sampling)
+                    draft, k, copying = (self._sure_copy(governor, context, min(sure_max, limit), sampling)
+                                         if sure_max else self._long_copy(copies, governor, context, limit, sampling))
                     if not copying:
                         k = min(governor.current_k(), limit)
                         draft = self.drafter.propose(context, k, sampling, noise) if k > 0 else NO_DRAFT
@@ -273,6 +279,17 @@ class SpecEngine:
         offer = self.drafter.propose_copy(context, min(copies.probe_k(), limit), sampling)
         if offer.tokens and copies.free_probe(len(offer.tokens)):
             return offer, len(offer.tokens), True
+        return NO_DRAFT, 0, False
+
+    def _sure_copy(self, governor: Governor, context: list[int], k: int,
+                   sampling: SamplingParams) -> tuple[Draft, int, bool]:
+        """This step's sure copy and the K it was asked at, or (NO_DRAFT, 0, False) (the draft governor then
+        decides). Taken only when long (SURE_COPY_MIN tokens, beyond the draft governor's K) and when, fully
+        accepted, it would beat what the draft governor expects of its own K (Governor.copy_pays)."""
+        copy = self.drafter.propose_copy(context, k, sampling, sure=True)
+        n = len(copy.tokens)
+        if n >= SURE_COPY_MIN and n > governor.current_k() and governor.copy_pays(n):
+            return copy, n, True
         return NO_DRAFT, 0, False
 
     def _verify(self, draft: Draft, sampling: SamplingParams, noise: SampleNoise, position: int,

@@ -72,6 +72,7 @@ def run(target: Path, draft: Path, n_predict: int, threads: int, verify_ms: dict
                 "acceptance_rate": round(s.acceptance_rate, 3),
                 "drafting_at_end": s.speculation_active, "final_k": s.final_k,
                 "copy_max": session.resolve_spec(run_spec).copy_max,
+                "sure_copies": session.resolve_spec(run_spec).sure_copies,
                 "governor": [{"step": e.step, "action": e.action, "k": [e.k_before, e.k_after], "reason": e.reason}
                              for e in s.governor],
             }

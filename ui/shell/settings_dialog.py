@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.drafters import COPY_MAX_AUTO, GPU_COPY_MAX
+from app.engine.drafters import AUTO_COPY_MAX, COPY_MAX_AUTO
 from app.settings import SAMPLING_FIELDS, SAMPLING_PRESETS, Settings
 
 RUNTIME_FIELDS = ("n_ctx", "n_threads", "n_gpu_layers", "n_gpu_layers_draft", "flash_attn", "strict", "rpc")
@@ -96,7 +96,7 @@ class SettingsDialog(QDialog):
             "draft_min": _int(0, 16),
             "draft_p_min": _float(0.0, 1.0, 0.05),
             "adaptive": QCheckBox("let the governor change K and stop drafting when it loses"),
-            "copy_max": _NamedSpinBox(COPY_MAX_AUTO, GPU_COPY_MAX, {COPY_MAX_AUTO: "auto", 0: "off"}),
+            "copy_max": _NamedSpinBox(COPY_MAX_AUTO, AUTO_COPY_MAX, {COPY_MAX_AUTO: "auto", 0: "off"}),
             "n_ctx": _int(256, 262144),
             "n_threads": _int(0, 512, "auto"),
             "n_gpu_layers": _int(-1, 999, "all"),
