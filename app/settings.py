@@ -57,8 +57,8 @@ class Settings:
     draft_min: int = 0
     draft_p_min: float = 0.75
     adaptive: bool = True
-    # Long running copies: their own K limit (0: off, drafted like any other proposal; COPY_MAX_AUTO: 31 where
-    # the target runs on a GPU and off on the CPU, app.engine.drafters.auto_copy_max)
+    # Long running copies: their own K limit (0: off, drafted like any other proposal; COPY_MAX_AUTO: 31,
+    # app.engine.drafters.AUTO_COPY_MAX; how they are judged follows the device: SpecSession.resolve_spec)
     copy_max: int = COPY_MAX_AUTO
     # Runtime
     n_ctx: int = 4096

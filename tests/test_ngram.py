@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from app.engine.drafters import AUTO_COPY_MAX, Draft, Drafter, HybridDrafter, LookupDrafter, ModelDrafter
+from app.engine.drafters import AUTO_COPY_MAX, SURE_COPY_MIN, Draft, Drafter, HybridDrafter, LookupDrafter, ModelDrafter
 from app.engine.events import FinishEvent, StepEvent
 from app.engine.ngram import NgramIndex, NgramParams, PromptLookup
 from app.engine.sampling import Dist, SamplingParams
@@ -380,6 +380,9 @@ def test_adaptive_lookup_drafts_long_copies_and_reproduces_plain_decoding(demo_s
     run = _finish(events)
     steps = [e for e in events if isinstance(e, StepEvent)]
     assert max(len(e.drafted) for e in steps) > spec.draft_max, "no long copy was drafted beyond draft_max"
+    assert all(e.copy for e in steps if len(e.drafted) > spec.draft_max)
+    if sure:  # a sure copy is at least SURE_COPY_MIN tokens long
+        assert all(len(e.drafted) >= SURE_COPY_MIN for e in steps if e.copy)
     divergence = first_divergence(plain, run)
     # Repacked kernels may round a 16-row batch differently from one-token steps, so a parting is allowed
     # only where the plain run's two best logits were that close (test_engine_exact's bound).

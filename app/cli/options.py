@@ -64,9 +64,9 @@ def add_generation_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--wide-verify", action="store_true", help="with --strict, let K reach --draft-max even "
                    "where verify batches then leave one-token decoding's kernels (K > 6); near-ties may flip")
     g.add_argument("--copy-max", default=None, metavar="K|auto", help="lookup and hybrid: most tokens of a long "
-                   "running copy drafted per step, under a governor of their own (e.g. 31; 0: off, copies are "
-                   "drafted like any other proposal, up to --draft-max; default auto: 31 where the target runs on "
-                   "a GPU, off on the CPU)")
+                   "running copy drafted per step (e.g. 31; 0: off, copies are drafted like any other proposal, "
+                   "up to --draft-max; default auto: 31). Where the target runs on a GPU a governor of their own "
+                   "judges them; on the CPU only sure copies are taken (README)")
     g.add_argument("--no-adapt", action="store_true", help="fixed K: the governor neither shrinks K nor stops drafting")
     g = parser.add_argument_group("sampling", "a preset, then any of these flags on top of it (llama.cpp's names)")
     g.add_argument("--sampling", choices=settings_mod.SAMPLING_PRESETS, default=None,
@@ -160,8 +160,8 @@ def _copy_max(flag: str | int | None, setting: int) -> int:
     except ValueError:
         value = -1
     if value < 0:
-        raise UserError(f"--copy-max {flag}: give auto (long copies where the target runs on a GPU), 0 (no "
-                        "separate long-copy drafting) or a positive K.")
+        raise UserError(f"--copy-max {flag}: give auto (K up to 31, judged as the device pays for them), 0 "
+                        "(no separate long-copy drafting) or a positive K.")
     return value
 
 

@@ -42,6 +42,8 @@ class StepEvent:
     verify_ms: float
     # The reply's first step: its logits came from the prompt's pass (no draft, no decode, no time of its own).
     from_prompt: bool = False
+    # The draft was a long running copy of earlier text (the copy governor's, or a sure copy on the CPU).
+    copy: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -233,7 +233,7 @@ class SpecEngine:
                 yield StepEvent(
                     step=step, position=len(emitted), k=k, drafted=draft.tokens, accepted=accepted,
                     rejected=rejected, rejected_text=self.model.detokenize(rejected), emitted=len(keep),
-                    draft_ms=draft.ms, verify_ms=verify_ms, from_prompt=from_prompt,
+                    draft_ms=draft.ms, verify_ms=verify_ms, from_prompt=from_prompt, copy=copying,
                 )
                 for token, fate, p, q in keep:
                     text = utf8.decode(self.model.piece(token))

@@ -115,8 +115,9 @@ class SettingsDialog(QDialog):
                        "network or an SSH tunnel (README, Two machines)")
         self._fields["copy_max"].setToolTip(
             "Lookup and hybrid: the most tokens of a long running copy (a reply repeating earlier text) verified "
-            "in one pass. auto: 31 where the target runs on a GPU, off on the CPU, where long verify batches "
-            "cost more than they save (docs/BENCHMARKS.md)")
+            "in one pass. auto: 31. On a GPU a governor of their own judges them; on the CPU, where long verify "
+            "batches are dear, only sure copies are taken: agreed for 16 tokens and cut before the next token "
+            "the reply already edited once (README, docs/BENCHMARKS.md)")
         system = self._fields["system_prompt"]
         assert isinstance(system, QPlainTextEdit)
         system.setPlaceholderText("none")
