@@ -37,7 +37,7 @@ def auto_mode(has_draft: bool, gpu_offload: bool) -> str:
 # 2.21x against 1.96x of plain steps with GPU-like costs). On the 2-core CPU a 32-row verify costs 11-16 plain
 # steps, so a long copy that fails early loses more than the ones that succeed win (1.18x against 1.25x with
 # the copy governor): there only sure copies are taken (SpecParams.sure_copies, SURE_COPY_*), which replayed
-# at 1.27-1.31x against 1.20-1.28x on three measured cost tables (docs/BENCHMARKS.md, runs 9 and 11).
+# at 1.16-1.32x against 1.14-1.28x with copies off on five measured cost tables (docs/BENCHMARKS.md, run 11).
 COPY_MAX_AUTO = -1
 AUTO_COPY_MAX = 31
 
@@ -151,8 +151,8 @@ PROBE_MIN_MATCH = 4  # context tokens agreeing with a free probe's source (as hy
 COPY_MIN_RUN = 8
 # Sure copies (the CPU's long copies): the running copy has agreed for SURE_COPY_RUN tokens and is cut before
 # the next token the reply edited before; verified long only when that leaves SURE_COPY_MIN tokens or more
-# (SpecEngine._long_copy). Replayed on the bench's copy prompts with three measured CPU cost tables, 16 and 12
-# were ahead of 8 and 12 on every table (docs/BENCHMARKS.md, run 11).
+# (SpecEngine._sure_copy). Replayed on the bench's prompts with three measured CPU cost tables, a 16-token run
+# was ahead of 8 and 12, and a 12-token minimum ahead of 7, on each (docs/BENCHMARKS.md, run 11).
 SURE_COPY_RUN = 16
 SURE_COPY_MIN = 12
 
