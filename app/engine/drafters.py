@@ -159,8 +159,7 @@ SURE_COPY_MIN = 12
 
 def _copy_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams, sure: bool) -> Draft:
     start = time.perf_counter()
-    proposal = (lookup.running_copy(context, k, SURE_COPY_RUN, cut_at_edits=True) if sure
-                else lookup.running_copy(context, k, COPY_MIN_RUN))
+    proposal = lookup.running_copy(context, k, SURE_COPY_RUN if sure else COPY_MIN_RUN, cut_at_edits=sure)
     return NO_DRAFT if proposal is None else _copy_as_draft(proposal.tokens, sampling, start)
 
 

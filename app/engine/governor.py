@@ -192,7 +192,7 @@ class Governor:
         rates = self.expected_rates() if self.enabled else None
         here = max(rates[1:]) if rates is not None and len(rates) > 1 else 1.0 / verify[1]
         if not self._costs.measured(n + 1):
-            verify = self._costs.optimistic_table() or verify
+            verify = self._costs.optimistic_table() or verify  # never None once table() is not
         return (n + 1) / verify[n + 1] > here
 
     # --- estimates ---------------------------------------------------------------------------------------
