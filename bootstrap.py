@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import subprocess
 import sys
 import venv
@@ -55,7 +56,25 @@ def cmake_args() -> str:
     args = os.environ.get("CMAKE_ARGS", "").strip() or LLAMA_CMAKE_ARGS
     if "GGML_RPC" not in args:
         args += " -DGGML_RPC=ON"
+    if amx_would_be_built(args):
+        args += f" {NO_AMX_ARGS}"
     return args
+
+
+# llama.cpp's native x86 build (-march=native) turns on its AMX kernels on Intel Xeons that have AMX
+# (Sapphire Rapids and later), and there they segfault in ggml_backend_amx_mul_mat on the first
+# decode with Q4_K weights (llama.cpp issue 20824; seen here on 2026-12-02, llama-completion too).
+# An explicit -mno-amx-int8 outranks -march=native in GCC and Clang, so the CPU repack kernels run.
+NO_AMX_ARGS = "-DCMAKE_C_FLAGS=-mno-amx-int8 -DCMAKE_CXX_FLAGS=-mno-amx-int8"
+
+
+def amx_would_be_built(args: str, system: str | None = None, machine: str | None = None) -> bool:
+    """A native Linux x86-64 build whose flags say nothing of AMX or of the compiler flags."""
+    system = system or platform.system()
+    machine = (machine or platform.machine()).lower()
+    if system != "Linux" or machine not in ("x86_64", "amd64"):
+        return False
+    return not any(word in args for word in ("AMX", "CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS", "GGML_NATIVE=OFF"))
 
 
 def llama_wheel_dir(args: str) -> Path:

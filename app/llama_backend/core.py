@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -119,6 +120,28 @@ def system_info() -> str:
     return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
 
 
+ALLOW_AMX_ENV = "SPECCHAT_ALLOW_AMX"
+
+
+def amx_refusal(info: str, repack: bool, allowed: bool) -> str | None:
+    """Why repacked weights must not load on this build, or None.
+
+    A native x86 build on a CPU with AMX (Xeon Sapphire Rapids and later) puts the weights in
+    llama.cpp's AMX buffer, whose matmul segfaulted on the first decode with Q4_K weights here and in
+    llama.cpp issue 20824: the app would die with no message. Without repacking no AMX buffer is used.
+    """
+    if not repack or allowed or "AMX_INT8 = 1" not in info:
+        return None
+    return (
+        "This llama-cpp-python was built with llama.cpp's AMX kernels (system info: AMX_INT8 = 1), which "
+        "crash on the first decode on some Xeons (llama.cpp issue 20824). Rebuild it without them: "
+        "`python3 bootstrap.py run` does (it adds -mno-amx-int8), or "
+        "CMAKE_ARGS=\"-DCMAKE_C_FLAGS=-mno-amx-int8 -DCMAKE_CXX_FLAGS=-mno-amx-int8\" pip install "
+        "--force-reinstall --no-cache-dir llama-cpp-python. Or run with --strict (no weight repacking, "
+        f"slower), or set {ALLOW_AMX_ENV}=1 to try the AMX kernels anyway."
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
     path: Path
@@ -177,6 +200,9 @@ class LlamaModel:
         path = Path(config.path)
         if not path.is_file():
             raise LlamaError(f"Model file not found: {path}. Check the path or run `specchat models list`.")
+        refusal = amx_refusal(system_info(), config.repack, os.environ.get(ALLOW_AMX_ENV) == "1")
+        if refusal:
+            raise LlamaError(refusal)
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 999
         params.use_extra_bufts = config.repack
