@@ -365,6 +365,7 @@ def test_bench_cli_multi_turn_rows_and_new_fields(smol_path, tmp_path):
         assert run["identical"] or run["divergence"]["near_tie"]
     assert runs[2]["kind"] == "multi-turn"
     assert data["settings"]["repeat"] == 2 and data["settings"]["warmup"] is True
+    assert data["settings"]["processes"] == "shared"  # without --native, "auto" keeps every run in process
     assert "specchat" in data["measurement"] and "native" not in data
     # The settings' "auto" long copies, as this machine ran them: K up to 31, sure copies only on a CPU build.
     assert data["settings"]["spec"]["copy_max"] == 31 and data["settings"]["spec"]["sure_copies"] is True
@@ -395,5 +396,45 @@ def test_bench_cli_native_smoke(smol_path, tmp_path):
     plain = [r for r in data["runs"] if r["mode"] == "llama.cpp:plain"]
     assert all(r["identical"] for r in plain), plain  # greedy, same prompt tokens (the bench checks them)
     assert data["native"]["prompt_tokens_checked"] and data["native"]["modes"] == ["plain", "ngram-simple"]
+    assert data["settings"]["processes"] == "fresh"  # with --native, "auto" runs SpecChat as llama.cpp runs
     assert data["native"]["system_info"].startswith("CPU") and isinstance(data["native"]["same_build_features"], bool)
     assert data["summary"]["llama.cpp:plain"]["median_speedup_vs_llama_cpp"] == pytest.approx(1.0)
+
+
+# --- timed runs in fresh processes (--processes fresh) --------------------------------------------------------
+
+
+def test_bench_cli_fresh_processes_match_the_reference(smol_path, tmp_path):
+    """Each timed run happens in a child `specchat bench-run`; its greedy reply must still be the parent's."""
+    result = specchat("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none,lookup",
+                      "--repeat", 1, "--no-warmup", "--processes", "fresh", "-c", 512, home=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["settings"]["processes"] == "fresh"
+    assert [(r["prompt_id"], r["mode"]) for r in data["runs"]] == [(p, m) for p in ("echo", "turns")
+                                                                   for m in ("none", "lookup")]
+    for run in data["runs"]:
+        assert run["tokens"] > 0 and run["tokens_per_second"] > 0
+        assert run["identical"] or run["divergence"]["near_tie"], run
+
+
+def test_child_loads_the_draft_only_for_modes_that_use_it():
+    from app.cli.bench_child import child_config
+    from app.engine.pair_config import PairConfig
+
+    cfg = PairConfig(Path("t.gguf"), Path("d.gguf"))
+    assert child_config(cfg, "none").draft is None and child_config(cfg, "lookup").draft is None
+    assert child_config(cfg, "draft").draft == Path("d.gguf") and child_config(cfg, "hybrid").draft == Path("d.gguf")
+    assert child_config(cfg, "none").force  # the parent already checked the pair fits
+
+
+def test_failed_child_names_the_run_and_shows_its_error(tmp_path):
+    from app.cli.bench_child import Request, run_in_child
+    from app.engine.pair_config import PairConfig
+
+    missing = tmp_path / "gone.gguf"
+    request = Request(PairConfig(missing), (1, 2, 3), GenParams("none", 4), (1, 2), 2)
+    with pytest.raises(RuntimeError) as err:
+        run_in_child(request, tmp_path, "p-none-0", timeout_s=300)
+    text = str(err.value)
+    assert "p-none-0" in text and "failed in its own process" in text and "gone.gguf" in text

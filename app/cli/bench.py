@@ -6,6 +6,9 @@ on a prompt back to back, and round r starts with mode r mod n, so no mode alway
 caches) or last (a hot CPU). The report quotes medians over rounds and ratios against `none` (and
 llama.cpp's plain decoding) measured in the same round. Timed runs never track logit margins (about
 1 ms a token): one extra untimed plain run per prompt does, and judges every divergence.
+
+With `--native` each timed SpecChat run also gets a fresh process of its own (app/cli/bench_child.py), started
+by the bench process as llama.cpp's runs are: both sides load their weights and run under the same conditions.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from typing import Any
 from app import settings as settings_mod
 from app.atomic import atomic_write_text
 from app.cli import native_bench
+from app.cli.bench_child import Request, run_in_child
 from app.cli.native_bench import NATIVE_MODES, PREFIX, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
 from app.engine.drafters import NEEDS_DRAFT
 from app.engine.events import Divergence, FinishEvent
+from app.engine.pair_config import PairConfig
 from app.engine.session import GenParams, SpecSession
 from app.models.recommended_sampling import recommended_for
 
@@ -220,6 +225,20 @@ class NativePlan:
         return result
 
 
+@dataclass
+class FreshProcesses:
+    """Timed SpecChat runs each in a process of their own (`--processes fresh`)."""
+
+    config: PairConfig
+    workdir: Path
+    timeout_s: float
+    warmup_tokens: tuple[int, ...]
+
+    def run(self, tokens: list[int], params: GenParams, name: str) -> FinishEvent:
+        request = Request(self.config, tuple(tokens), params, self.warmup_tokens, WARMUP_N_PREDICT)
+        return run_in_child(request, self.workdir, name, self.timeout_s)
+
+
 Result = FinishEvent | NativeResult
 
 
@@ -251,16 +270,18 @@ def warm_up(session: SpecSession, params: GenParams, modes: Sequence[str], nativ
 
 def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, modes: list[str],
           repeat: int = 3, progress: Any = None, native: NativePlan | None = None, warmup: bool = False,
-          fixed_n_predict: bool = True) -> Iterator[BenchRun]:
+          fixed_n_predict: bool = True, fresh: FreshProcesses | None = None) -> Iterator[BenchRun]:
     """Yield one BenchRun per prompt and mode (none first, llama.cpp's last), medians over `repeat` rounds.
 
     `fixed_n_predict`: params.n_predict applies to every prompt; otherwise a row's own n_predict wins.
+    `fresh`: timed SpecChat runs each in a new process (which warms itself up); `session` still renders the
+    prompts and makes the untimed reference run.
     """
     modes = ["none"] + [m for m in modes if m != "none"]
     native_names = [PREFIX + m for m in native.modes] if native else []
     all_modes = modes + native_names
     if warmup:
-        warm_up(session, params, modes, native)
+        warm_up(session, params, [] if fresh else modes, native)
         if progress is not None:
             progress.update(len(all_modes))
     greedy = params.sampling.greedy
@@ -279,6 +300,8 @@ def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, m
                 if mode.startswith(PREFIX):
                     assert native is not None
                     results[mode].append(native.run(mode.removeprefix(PREFIX), session, messages, tokens, n, item.id))
+                elif fresh is not None:
+                    results[mode].append(fresh.run(tokens, p.with_mode(mode), f"{item.id}-{mode}-{r}"))
                 else:
                     results[mode].append(run_once(session, tokens, p.with_mode(mode)))
                 if progress is not None:
@@ -427,13 +450,16 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     reference: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="specchat-bench-") as tmp:
         native = _native_plan(args, cfg, params, Path(tmp))  # checks the tools before any model loads
+        processes = args.processes if args.processes != "auto" else "fresh" if native else "shared"
         with SpecSession(cfg) as session:
             spec_used = session.resolve_spec(params.spec)  # "auto" values as this machine runs them
+            fresh = (FreshProcesses(cfg, Path(tmp), args.native_timeout, tuple(session.chat_prompt(WARMUP_MESSAGES)))
+                     if processes == "fresh" else None)
             n_modes = len(set(modes) | {"none"}) + (len(native.modes) if native else 0)
             total = len(prompts) * (1 + n_modes * args.repeat) + (0 if args.no_warmup else n_modes)
             with tqdm(total=total, desc="bench", unit="run", file=sys.stderr, disable=None) as bar:
                 for run in bench(session, prompts, params, modes, args.repeat, bar, native, not args.no_warmup,
-                                 fixed_n_predict=args.n_predict is not None):
+                                 fixed_n_predict=args.n_predict is not None, fresh=fresh):
                     runs.append(run)
             if args.compare_llama_cpp_python:
                 reference = _reference_lookup(session, prompts, params, cfg)
@@ -447,6 +473,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
                      "n_predict_source": "-n for every prompt" if args.n_predict else
                      f"each prompt's n_predict, else {DEFAULT_N_PREDICT}",
                      "mode_order": "rotated: round r starts with mode r mod n",
+                     "processes": processes,
                      "margins": "from one untimed plain run per prompt"},
         "measurement": MEASUREMENT,
         "runs": [{k: v for k, v in asdict(r).items() if k != "token_ids"} for r in runs],

@@ -31,6 +31,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return run_bench_cli(args)
 
 
+def _cmd_bench_run(args: argparse.Namespace) -> int:
+    from app.cli.bench_child import main as bench_run
+
+    return bench_run(args.request, args.result)
+
+
 def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentParser:
     from app.cli import chats as cli_chats
     from app.cli import hub as cli_hub
@@ -75,12 +81,21 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
                         help="comma-separated llama.cpp modes (plain is always run)")
     native.add_argument("--native-timeout", type=float, default=600.0, metavar="S",
                         help="seconds one llama.cpp run may take")
+    bench.add_argument("--processes", choices=("auto", "fresh", "shared"), default="auto",
+                       help="fresh: each timed SpecChat run in a process of its own, started as llama.cpp's runs "
+                       "are (some machines decode faster in a child while the parent holds the models); "
+                       "shared: all in the bench's process; auto: fresh with --native, else shared")
     native.add_argument("--native-args", default="", metavar="ARGS",
                         help="extra arguments for every llama.cpp run, as one string: "
                         "--native-args='--spec-ngram-simple-size-n 3'")
     add_model_args(bench)
     add_generation_args(bench)
     bench.set_defaults(func=_cmd_bench)
+    bench_run = sub.add_parser("bench-run", help="(started by `bench --processes fresh`) one timed run in its "
+                               "own process")
+    bench_run.add_argument("request", type=Path, help="the pickled request `bench` wrote")
+    bench_run.add_argument("result", type=Path, help="where to write the pickled result")
+    bench_run.set_defaults(func=_cmd_bench_run)
 
     cli_models.register(sub, models_hooks=(cli_hub.register_models_hooks,))
     cli_chats.register(sub)
