@@ -171,8 +171,13 @@ def _finish(mode: str, tps: float, tokens: tuple[int, ...] = (5, 6, 7), margins:
 
 
 class _FakeSession:
+    cleared = 0
+
     def chat_prompt(self, messages: Any) -> list[int]:
         return [1, 2, 3]
+
+    def clear_caches(self) -> None:
+        self.cleared += 1
 
 
 class _FakeNative(NativePlan):
@@ -199,12 +204,14 @@ def test_bench_rotates_modes_and_times_without_margins(monkeypatch):
     monkeypatch.setattr(bench_mod, "run_once", fake_run_once)
     native = _FakeNative(calls)
     items = [BenchPrompt("p", "x", "edit", n_predict=50)]
-    runs = list(bench_mod.bench(_FakeSession(), items, GenParams("none", 16), ["lookup", "draft"], repeat=3,  # type: ignore[arg-type]
+    session = _FakeSession()
+    runs = list(bench_mod.bench(session, items, GenParams("none", 16), ["lookup", "draft"], repeat=3,  # type: ignore[arg-type]
                                 native=native, warmup=True, fixed_n_predict=False))
     order = ["none", "lookup", "draft", "llama.cpp:plain", "llama.cpp:ngram-simple"]
     warmup, reference, timed = calls[:5], calls[5], calls[6:]
     assert [m for m, _ in warmup] == order and not any(t for _, t in warmup)
     assert reference == ("none", True)  # the one run that tracks margins
+    assert session.cleared == 1  # the reference prefills the whole prompt, as llama.cpp's runs do
     assert [m for m, _ in timed] == round_order(order, 0) + round_order(order, 1) + round_order(order, 2)
     assert not any(t for _, t in timed)
     assert [r.mode for r in runs] == order

@@ -97,6 +97,22 @@ def test_prompt_processing_reports_progress_and_stop_ends_it_between_batches(smo
         assert again.stats.finish_reason in ("length", "stop") and again.tokens
 
 
+def test_clear_caches_makes_the_next_reply_prefill_the_whole_prompt(smol_session):
+    """What the bench does before each reference run and in each fresh process after its warm-up: no prefix
+    of an earlier prompt is reused, so the first token's logits come from one pass over the whole prompt."""
+    from app.engine.events import PrefillEvent
+
+    earlier = smol_session.chat_prompt([{"role": "user", "content": "Say hello."}])
+    prompt = smol_session.chat_prompt([{"role": "user", "content": "Name three colours."}])
+    _collect(smol_session, earlier, GenParams("none", 4))
+    reused = _collect(smol_session, prompt, GenParams("none", 2))
+    assert [e.done for e in reused if isinstance(e, PrefillEvent)][-1] < len(prompt)  # the template's prefix
+    smol_session.clear_caches()
+    assert smol_session.target_ctx.n_past == 0 and smol_session.target_ctx.kept_logits(len(prompt)) is None
+    whole = _collect(smol_session, prompt, GenParams("none", 2))
+    assert [e.done for e in whole if isinstance(e, PrefillEvent)] == [len(prompt)]
+
+
 def test_first_token_comes_from_the_prompt_pass_and_a_rerun_reuses_it(smol_session):
     """The prefill keeps the prompt's last logits: the first token needs no decode step, and the same prompt
     again (a regenerate, a bench round) reuses them instead of decoding the last token alone, which rounds

@@ -290,7 +290,9 @@ def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, m
         tokens = session.chat_prompt(messages)
         n = params.n_predict if fixed_n_predict or item.n_predict is None else item.n_predict
         p = replace(params, n_predict=n, track_margins=False)
-        # Margins cost about 1 ms a token, so only this untimed plain run tracks them.
+        # Margins cost about 1 ms a token, so only this untimed plain run tracks them. It prefills the whole
+        # prompt, as llama.cpp's runs and the fresh processes do (a cached prefix can round the first token apart).
+        session.clear_caches()
         reference = run_once(session, tokens, replace(p, mode="none", track_margins=True))
         if progress is not None:
             progress.update(1)

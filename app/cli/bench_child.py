@@ -81,6 +81,7 @@ def main(request_file: Path, result_file: Path) -> int:
     with SpecSession(child_config(request.config, request.params.mode)) as session:
         _finish(session, request.warmup_tokens,
                 replace(request.params, n_predict=request.warmup_n_predict, track_margins=False))
+        session.clear_caches()  # as llama.cpp after its warm-up: the prompt is prefilled whole, not after a prefix
         result = _finish(session, request.tokens, request.params)
     result_file.write_bytes(pickle.dumps(result))
     return 0

@@ -167,6 +167,14 @@ class SpecSession:
                       cancel: threading.Event | None = None) -> Iterator[Event]:
         return self.generate(self.chat_prompt(messages), params, cancel)
 
+    def clear_caches(self) -> None:
+        """Forget every cached prompt, so the next reply prefills from scratch as a freshly started llama.cpp
+        does. A reused prefix was computed in other batches, and CPU kernels can round a row differently by
+        its place in a batch: enough to flip a near-tie in the first token (the bench compares replies)."""
+        for ctx in (self.target_ctx, self.draft_ctx):
+            if ctx is not None:
+                ctx.clear()
+
     def close(self) -> None:
         if self._closed:
             return
