@@ -5,7 +5,18 @@ tests/test_governor_sim.py drives it through whole simulated replies; these are 
 
 from __future__ import annotations
 
+import pytest
+
+from app.engine.cost_model import RowCosts
+from app.engine.drafters import (
+    CHEAP_ROW_PRICE,
+    SURE_COPY_MIN,
+    SURE_COPY_MIN_CHEAP,
+    SURE_COPY_RUN,
+    SURE_COPY_RUN_CHEAP,
+)
 from app.engine.governor import Governor, GovernorTuning
+from app.engine.speculative import sure_copy_rule
 
 
 def _feed(gov: Governor, plain_ms: float, draft_ms_per_token: float, verify_ms_per_row: float,
@@ -347,3 +358,32 @@ def test_a_shared_row_cost_table_must_cover_k():
 
     with pytest.raises(ValueError, match="cannot price K = 15"):
         Governor(k_max=15, k_start=3, costs=RowCosts(7))
+
+
+def _costs(per_rows: dict[int, float]) -> RowCosts:
+    costs = RowCosts(32)
+    for rows, ms in per_rows.items():
+        costs.add(rows, ms)
+    return costs
+
+
+def test_long_row_price_needs_a_long_verify_and_a_plain_step():
+    assert _costs({}).long_row_price(16) is None
+    assert _costs({1: 70.0, 7: 160.0}).long_row_price(16) is None  # no verify of 16 rows or more yet
+    assert _costs({17: 240.0}).long_row_price(16) is None  # no plain step to price it against
+    # The largest measured verify decides: 32 rows at 427 ms against a 70 ms plain step.
+    assert _costs({1: 70.0, 17: 240.0, 32: 427.0}).long_row_price(16) == pytest.approx(427.0 / 32 / 70.0)
+
+
+def test_sure_copies_take_shorter_runs_only_where_long_verifies_were_timed_cheap():
+    default = (SURE_COPY_RUN, SURE_COPY_MIN)
+    cheap = (SURE_COPY_RUN_CHEAP, SURE_COPY_MIN_CHEAP)
+    assert cheap < default
+    assert sure_copy_rule(_costs({1: 70.0, 4: 109.0, 7: 180.0})) == default  # nothing long timed yet
+    # Measured tables, in plain steps: a Xeon with AVX512-VNNI (17 rows 3.6, 32 rows 6.1) and the AMD EPYC of
+    # run 9 (17 rows 7.75, 32 rows 11.66).
+    assert sure_copy_rule(_costs({1: 1.0, 4: 1.56, 17: 3.6})) == cheap
+    assert sure_copy_rule(_costs({1: 1.0, 4: 1.56, 32: 6.1})) == cheap
+    assert sure_copy_rule(_costs({1: 1.0, 4: 2.4, 17: 7.75})) == default
+    assert sure_copy_rule(_costs({1: 1.0, 4: 2.4, 32: 11.66})) == default
+    assert sure_copy_rule(_costs({1: 1.0, 32: 32 * CHEAP_ROW_PRICE})) == default  # the bound itself is not cheap

@@ -73,6 +73,14 @@ class RowCosts:
             out[r] = current
         return out
 
+    def long_row_price(self, min_rows: int) -> float | None:
+        """Plain steps per row of the largest measured verify of at least `min_rows` rows (its measured time /
+        rows / the one-row time); None until both that and a one-row pass were timed."""
+        largest = self.largest_measured()
+        if largest < min_rows or not self._seen[1] or self._ms[1] <= 0:
+            return None
+        return self._ms[largest] / largest / self._ms[1]
+
     def _monotone_points(self) -> list[tuple[int, float]]:
         points: list[tuple[int, float]] = []
         running = 0.0

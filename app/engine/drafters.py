@@ -63,12 +63,13 @@ class Drafter(Protocol):
         """A proposal that costs nothing to make (an n-gram copy), or an empty draft. The engine offers it to
         the governor as a probe while drafting is off."""
 
-    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure: bool = False) -> Draft:
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure_run: int = 0) -> Draft:
         """Up to k tokens of a long running copy (the reply has agreed with an earlier passage for at least
         COPY_MIN_RUN tokens), or an empty draft. Such copies are judged by a governor of their own: they are
         right far more often than other proposals, so they pay at a K that other drafts would lose at.
-        sure: only a copy that has agreed for SURE_COPY_RUN tokens, cut before the next token the reply
-        edited before (PromptLookup.running_copy): what the CPU verifies long."""
+        sure_run > 0: a sure copy, one that has agreed for sure_run tokens (SURE_COPY_RUN, or
+        SURE_COPY_RUN_CHEAP), cut before the next token the reply edited before (PromptLookup.running_copy):
+        what the CPU verifies long."""
 
     def prepare(self, context: list[int]) -> None:
         """Called once per reply before the first step (the model drafter prefills the prompt)."""
@@ -90,7 +91,7 @@ class _ModelFree:
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         return NO_DRAFT
 
-    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure: bool = False) -> Draft:
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure_run: int = 0) -> Draft:
         return NO_DRAFT
 
 
@@ -140,8 +141,8 @@ class LookupDrafter(_ModelFree):
         # of prose and fresh code were what made lookup 5-14% slower than plain there.
         return _ngram_draft(self.lookup, context, k, sampling, max(self.min_match, PROBE_MIN_MATCH)) or NO_DRAFT
 
-    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure: bool = False) -> Draft:
-        return _copy_draft(self.lookup, context, k, sampling, sure)
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure_run: int = 0) -> Draft:
+        return _copy_draft(self.lookup, context, k, sampling, sure_run)
 
 
 PROBE_MIN_MATCH = 4  # context tokens agreeing with a free probe's source (as hybrid's n-gram copies)
@@ -155,11 +156,21 @@ COPY_MIN_RUN = 8
 # was ahead of 8 and 12, and a 12-token minimum ahead of 7, on each (docs/BENCHMARKS.md, run 11).
 SURE_COPY_RUN = 16
 SURE_COPY_MIN = 12
+# Where long verifies are cheap (a CPU with fast batched kernels: 16 rows for 3.5 plain steps on a Xeon with
+# AVX512-VNNI, 7-9 on the AMD EPYCs of runs 4-11), shorter runs pay: replayed on that Xeon's table, runs of 8
+# and copies of 8 gave 1.59 against 1.56 mean over the suite, and lost 4% on an AMD's. So a reply switches to
+# them once it has timed a verify of CHEAP_ROWS_FROM rows or more at under CHEAP_ROW_PRICE plain steps a row
+# (0.19-0.22 on that Xeon, 0.34-0.49 on the AMDs): +1% there in the replay, nothing changed on five AMD tables
+# (docs/BENCHMARKS.md, run 13).
+SURE_COPY_RUN_CHEAP = 8
+SURE_COPY_MIN_CHEAP = 8
+CHEAP_ROW_PRICE = 0.3
+CHEAP_ROWS_FROM = 16
 
 
-def _copy_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams, sure: bool) -> Draft:
+def _copy_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams, sure_run: int) -> Draft:
     start = time.perf_counter()
-    proposal = lookup.running_copy(context, k, SURE_COPY_RUN if sure else COPY_MIN_RUN, cut_at_edits=sure)
+    proposal = lookup.running_copy(context, k, sure_run or COPY_MIN_RUN, cut_at_edits=sure_run > 0)
     return NO_DRAFT if proposal is None else _copy_as_draft(proposal.tokens, sampling, start)
 
 
@@ -214,7 +225,7 @@ class ModelDrafter:
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         return NO_DRAFT
 
-    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure: bool = False) -> Draft:
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure_run: int = 0) -> Draft:
         return NO_DRAFT
 
     def prepare(self, context: list[int]) -> None:
@@ -309,5 +320,5 @@ class HybridDrafter:
         """While the governor has the draft model off, hybrid still offers long n-gram copies, as lookup does."""
         return _ngram_draft(self.lookup, context, k, sampling, max(self.min_match, PROBE_MIN_MATCH)) or NO_DRAFT
 
-    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure: bool = False) -> Draft:
-        return _copy_draft(self.lookup, context, k, sampling, sure)
+    def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure_run: int = 0) -> Draft:
+        return _copy_draft(self.lookup, context, k, sampling, sure_run)

@@ -22,7 +22,17 @@ import numpy as np
 
 from app.engine.acceptance import AcceptanceTally
 from app.engine.cost_model import RowCosts
-from app.engine.drafters import NO_DRAFT, SURE_COPY_MIN, Draft, Drafter
+from app.engine.drafters import (
+    CHEAP_ROW_PRICE,
+    CHEAP_ROWS_FROM,
+    NO_DRAFT,
+    SURE_COPY_MIN,
+    SURE_COPY_MIN_CHEAP,
+    SURE_COPY_RUN,
+    SURE_COPY_RUN_CHEAP,
+    Draft,
+    Drafter,
+)
 from app.engine.events import (
     Event,
     FinishEvent,
@@ -71,6 +81,15 @@ class _Tally:
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     acceptance: AcceptanceTally = field(default_factory=AcceptanceTally)
+
+
+def sure_copy_rule(costs: RowCosts) -> tuple[int, int]:
+    """(agreeing run, least length) a sure copy needs: the cheap-rows pair once a verify of CHEAP_ROWS_FROM rows
+    or more was timed under CHEAP_ROW_PRICE plain steps a row, else the default pair."""
+    price = costs.long_row_price(CHEAP_ROWS_FROM)
+    if price is not None and price < CHEAP_ROW_PRICE:
+        return SURE_COPY_RUN_CHEAP, SURE_COPY_MIN_CHEAP
+    return SURE_COPY_RUN, SURE_COPY_MIN
 
 
 class SpecEngine:
@@ -179,7 +198,7 @@ class SpecEngine:
                         finish = "context"
                         break
                     limit = min(room, n_predict - len(emitted) - 1)
-                    draft, k, copying = (self._sure_copy(governor, context, min(sure_max, limit), sampling)
+                    draft, k, copying = (self._sure_copy(governor, costs, context, min(sure_max, limit), sampling)
                                          if sure_max else self._long_copy(copies, governor, context, limit, sampling))
                     if not copying:
                         k = min(governor.current_k(), limit)
@@ -281,14 +300,16 @@ class SpecEngine:
             return offer, len(offer.tokens), True
         return NO_DRAFT, 0, False
 
-    def _sure_copy(self, governor: Governor, context: list[int], k: int,
+    def _sure_copy(self, governor: Governor, costs: RowCosts, context: list[int], k: int,
                    sampling: SamplingParams) -> tuple[Draft, int, bool]:
         """This step's sure copy and the K it was asked at, or (NO_DRAFT, 0, False) (the draft governor then
         decides). Taken only when long (SURE_COPY_MIN tokens, beyond the draft governor's K) and when, fully
-        accepted, it would beat what the draft governor expects of its own K (Governor.copy_pays)."""
-        copy = self.drafter.propose_copy(context, k, sampling, sure=True)
+        accepted, it would beat what the draft governor expects of its own K (Governor.copy_pays). Once this
+        reply has timed a long verify as cheap per row, shorter runs and copies qualify (SURE_COPY_*_CHEAP)."""
+        run, least = sure_copy_rule(costs)
+        copy = self.drafter.propose_copy(context, k, sampling, sure_run=run)
         n = len(copy.tokens)
-        if n >= SURE_COPY_MIN and n > governor.current_k() and governor.copy_pays(n):
+        if n >= least and n > governor.current_k() and governor.copy_pays(n):
             return copy, n, True
         return NO_DRAFT, 0, False
 
