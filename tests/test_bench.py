@@ -445,3 +445,44 @@ def test_failed_child_names_the_run_and_shows_its_error(tmp_path):
         run_in_child(request, tmp_path, "p-none-0", timeout_s=300)
     text = str(err.value)
     assert "p-none-0" in text and "failed in its own process" in text and "gone.gguf" in text
+
+
+# --- partings measured against the target's own rounding ------------------------------------------------------
+
+
+def test_rounding_check_recomputes_the_gap_three_ways(smol_session):
+    import numpy as np
+
+    from app.cli import rounding_check
+
+    prompt = smol_session.chat_prompt([{"role": "user", "content": "Name three colours."}])
+    smol_session.clear_caches()
+    reference = bench_mod.run_once(smol_session, prompt, GenParams("none", 12, track_margins=True))
+    pos = 6
+    ctx = smol_session.target_ctx
+    smol_session.clear_caches()
+    ctx.decode(prompt, logits_for="last")
+    for token in reference.tokens[:pos]:
+        ctx.decode([token], logits_for="last")
+    runner_up = int(np.argsort(ctx.logits(-1))[-2])
+    check = rounding_check.measure(smol_session, prompt, reference.tokens, pos, reference.tokens[pos], runner_up)
+    # One token at a time is plain decoding's own path: its gap is the reference run's top-two margin.
+    assert check.gaps["one_token"] == pytest.approx(reference.margins[pos], abs=1e-4)
+    assert "one_pass" in check.gaps and any(k.startswith("batch_") for k in check.gaps) and len(check.gaps) == 3
+    assert check.spread == pytest.approx(max(check.gaps.values()) - min(check.gaps.values()))
+    assert check.within == (abs(check.gaps["one_token"]) < check.spread)
+    assert ctx.n_past == 0  # the check leaves the caches empty, as the next reference run expects
+
+
+def test_report_names_a_parting_within_measured_rounding():
+    from types import SimpleNamespace
+
+    d = {"position": 31, "plain_token": 1, "spec_token": 2, "margin": 0.165, "near_tie": False}
+    real = SimpleNamespace(identical=False, engine="specchat", divergence=d)
+    assert "REAL DIFFERENCE" in bench_mod._same_column(real)  # type: ignore[arg-type]
+    within = SimpleNamespace(identical=False, engine="specchat",
+                             divergence={**d, "rounding": {"gaps": {}, "spread": 0.224, "within": True}})
+    assert "within measured rounding" in bench_mod._same_column(within)  # type: ignore[arg-type]
+    beyond = SimpleNamespace(identical=False, engine="specchat",
+                             divergence={**d, "rounding": {"gaps": {}, "spread": 0.01, "within": False}})
+    assert "REAL DIFFERENCE" in bench_mod._same_column(beyond)  # type: ignore[arg-type]

@@ -27,7 +27,7 @@ from typing import Any
 
 from app import settings as settings_mod
 from app.atomic import atomic_write_text
-from app.cli import native_bench
+from app.cli import native_bench, rounding_check
 from app.cli.bench_child import Request, run_in_child
 from app.cli.native_bench import NATIVE_MODES, PREFIX, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
@@ -319,7 +319,18 @@ def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, m
             if mode in native_names:
                 yield _native_run(common, [r for r in runs if isinstance(r, NativeResult)], reference, greedy)
             else:
-                yield _specchat_run(common, [r for r in runs if isinstance(r, FinishEvent)], reference, greedy)
+                run = _specchat_run(common, [r for r in runs if isinstance(r, FinishEvent)], reference, greedy)
+                yield _with_rounding_check(run, session, tokens, reference)
+
+
+def _with_rounding_check(run: BenchRun, session: SpecSession, tokens: list[int], reference: FinishEvent) -> BenchRun:
+    """A parting that is not a near-tie gets the target's gaps at that position measured (rounding_check)."""
+    d = run.divergence
+    if not d or d.get("near_tie") or d.get("plain_token", -1) < 0 or d.get("spec_token", -1) < 0:
+        return run
+    check = rounding_check.measure(session, tokens, reference.tokens, d["position"], d["plain_token"],
+                                   d["spec_token"])
+    return replace(run, divergence={**d, "rounding": asdict(check)})
 
 
 def _specchat_run(common: dict[str, Any], runs: list[FinishEvent], reference: FinishEvent, greedy: bool) -> BenchRun:
@@ -517,6 +528,10 @@ def _same_column(r: BenchRun) -> str:
     d = r.divergence or {}
     if r.engine != "specchat":
         return "no (reply text differs)" if d.get("reply_text_known", True) else "unknown (reply not found)"
+    rounding = d.get("rounding")
+    if rounding and rounding["within"]:
+        return (f"no @{d.get('position')} (within measured rounding: margin {d.get('margin', float('nan')):.4f}, "
+                f"the gap moves {rounding['spread']:.4f} with the batch)")
     kind = "near-tie" if d.get("near_tie") else "REAL DIFFERENCE"
     return f"no @{d.get('position')} ({kind}, margin {d.get('margin', float('nan')):.4f})"
 
