@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -486,3 +487,21 @@ def test_report_names_a_parting_within_measured_rounding():
     beyond = SimpleNamespace(identical=False, engine="specchat",
                              divergence={**d, "rounding": {"gaps": {}, "spread": 0.01, "within": False}})
     assert "REAL DIFFERENCE" in bench_mod._same_column(beyond)  # type: ignore[arg-type]
+
+
+def test_only_partings_above_the_near_tie_line_are_measured(smol_session):
+    from app.cli.bench import BenchRun
+
+    prompt = smol_session.chat_prompt([{"role": "user", "content": "Name three colours."}])
+    smol_session.clear_caches()
+    reference = bench_mod.run_once(smol_session, prompt, GenParams("none", 8, track_margins=True))
+    d = {"position": 3, "plain_token": reference.tokens[3], "spec_token": reference.tokens[3] + 1,
+         "margin": 0.5, "near_tie": False}
+    run = BenchRun("p", "lookup", 8, 10.0, 1.0, 0.5, 1.0, False, d, 0.0)
+    measured = bench_mod._with_rounding_check(run, smol_session, prompt, reference)
+    assert set(measured.divergence["rounding"]) == {"gaps", "spread", "within"}
+    assert measured.divergence["rounding"]["gaps"]["one_token"] > 0  # the plain token leads where it was chosen
+    near = BenchRun("p", "lookup", 8, 10.0, 1.0, 0.5, 1.0, False, {**d, "near_tie": True}, 0.0)
+    assert "rounding" not in bench_mod._with_rounding_check(near, smol_session, prompt, reference).divergence
+    assert bench_mod._with_rounding_check(replace(run, identical=True, divergence=None), smol_session, prompt,
+                                          reference).divergence is None
