@@ -158,7 +158,7 @@ SURE_COPY_RUN = 16
 SURE_COPY_MIN = 12
 # Where long verifies are cheap (a CPU with fast batched kernels: 16 rows for 3.5 plain steps on a Xeon with
 # AVX512-VNNI, 7-9 on the AMD EPYCs of runs 4-11), shorter runs pay: replayed on that Xeon's table, runs of 8
-# and copies of 8 gave 1.59 against 1.56 mean over the suite, and lost 4% on an AMD's. So a reply switches to
+# and copies of 8 gave 1.61 against 1.56 mean over the suite, and lost 3% on an AMD's. So a reply switches to
 # them once it has timed a verify of CHEAP_ROWS_FROM rows or more at under CHEAP_ROW_PRICE plain steps a row
 # (0.19-0.22 on that Xeon, 0.34-0.49 on the AMDs): +1% there in the replay, nothing changed on five AMD tables
 # (docs/BENCHMARKS.md, run 13).
