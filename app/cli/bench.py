@@ -28,7 +28,7 @@ from typing import Any
 from app import settings as settings_mod
 from app.atomic import atomic_write_text
 from app.cli import native_bench, rounding_check
-from app.cli.bench_child import Request, run_in_child
+from app.cli.bench_child import Request, run_in_child, run_once
 from app.cli.native_bench import NATIVE_MODES, PREFIX, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
 from app.engine.drafters import NEEDS_DRAFT
@@ -179,13 +179,6 @@ def first_divergence(plain: FinishEvent, other: FinishEvent) -> Divergence | Non
         return Divergence(i, a[i] if i < len(a) else -1, b[i] if i < len(b) else -1, margin,
                           margin < NEAR_TIE_MARGIN)
     return None
-
-
-def run_once(session: SpecSession, prompt: list[int], params: GenParams) -> FinishEvent:
-    for event in session.generate(prompt, params):
-        if isinstance(event, FinishEvent):
-            return event
-    raise RuntimeError("the engine ended without a FinishEvent")
 
 
 def round_order(modes: Sequence[str], r: int) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def run_in_child(request: Request, workdir: Path, name: str, timeout_s: float) -
     return result
 
 
-def _finish(session: SpecSession, tokens: tuple[int, ...], params: GenParams) -> FinishEvent:
+def run_once(session: SpecSession, tokens: Sequence[int], params: GenParams) -> FinishEvent:
+    """One reply, run to its FinishEvent (the bench's runs, in its own process and in a child)."""
     for event in session.generate(tokens, params):
         if isinstance(event, FinishEvent):
             return event
@@ -79,10 +81,10 @@ def main(request_file: Path, result_file: Path) -> int:
     request = pickle.loads(request_file.read_bytes())
     assert isinstance(request, Request)
     with SpecSession(child_config(request.config, request.params.mode)) as session:
-        _finish(session, request.warmup_tokens,
+        run_once(session, request.warmup_tokens,
                 replace(request.params, n_predict=request.warmup_n_predict, track_margins=False))
         session.clear_caches()  # as llama.cpp after its warm-up: the prompt is prefilled whole, not after a prefix
-        result = _finish(session, request.tokens, request.params)
+        result = run_once(session, request.tokens, request.params)
     result_file.write_bytes(pickle.dumps(result))
     return 0
 
