@@ -203,6 +203,8 @@ def test_bench_rotates_modes_and_times_without_margins(monkeypatch):
         return _finish(params.mode, speeds[params.mode], margins=(1.0, 1.0, 1.0) if params.track_margins else ())
 
     monkeypatch.setattr(bench_mod, "run_once", fake_run_once)
+    monkeypatch.setattr(bench_mod, "run_recorded",
+                        lambda session, prompt, params: bench_mod.Recorded(fake_run_once(session, prompt, params), ()))
     native = _FakeNative(calls)
     items = [BenchPrompt("p", "x", "edit", n_predict=50)]
     session = _FakeSession()
@@ -499,9 +501,81 @@ def test_only_partings_above_the_near_tie_line_are_measured(smol_session):
          "margin": 0.5, "near_tie": False}
     run = BenchRun("p", "lookup", 8, 10.0, 1.0, 0.5, 1.0, False, d, 0.0)
     measured = bench_mod._with_rounding_check(run, smol_session, prompt, reference)
-    assert set(measured.divergence["rounding"]) == {"gaps", "spread", "within"}
+    assert set(measured.divergence["rounding"]) == {"gaps", "spread", "within", "reproduced"}
     assert measured.divergence["rounding"]["gaps"]["one_token"] > 0  # the plain token leads where it was chosen
     near = BenchRun("p", "lookup", 8, 10.0, 1.0, 0.5, 1.0, False, {**d, "near_tie": True}, 0.0)
     assert "rounding" not in bench_mod._with_rounding_check(near, smol_session, prompt, reference).divergence
     assert bench_mod._with_rounding_check(replace(run, identical=True, divergence=None), smol_session, prompt,
                                           reference).divergence is None
+
+
+# --- the speculative run's own batches, replayed ---------------------------------------------------------------
+
+_COPY_PROMPT = [{"role": "user", "content": "Repeat this line three times: the quick brown fox jumps over the lazy "
+                                            "dog and runs into the old green forest."}]
+
+
+def _recorded_lookup(session, n=48):
+    from app.cli.bench_child import run_recorded
+
+    prompt = session.chat_prompt(_COPY_PROMPT)
+    session.clear_caches()
+    return prompt, run_recorded(session, prompt, GenParams("lookup", n))
+
+
+def test_replaying_a_runs_batches_gives_its_own_choice_at_every_row(smol_session):
+    import numpy as np
+
+    from app.cli import rounding_check
+
+    prompt, rec = _recorded_lookup(smol_session)
+    reply = rec.finish.tokens
+    multi = [b for b in rec.steps if b.accepted > 0]
+    assert multi, "the copy prompt must give the replay verify batches of several rows"
+    assert sum(b.accepted + 1 for b in rec.steps if not b.from_prompt) + 1 >= len(reply)
+    for position in range(0, len(reply), 3):
+        row = rounding_check.replay_row(smol_session, prompt, reply, rec.steps, position)
+        assert int(np.argmax(row)) == reply[position], f"replay at {position} is not the run's own choice"
+    # A layout that is not this reply's is refused, not silently replayed.
+    b = multi[0]
+    wrong = [rounding_check.Batch(b.position, tuple(t + 1 for t in b.drafted), b.accepted, False)]
+    with pytest.raises(ValueError, match="not the reply's tokens"):
+        rounding_check.replay_row(smol_session, prompt, reply, [*rec.steps[:rec.steps.index(b)], *wrong],
+                                  b.position + b.accepted)
+    with pytest.raises(ValueError, match="do not reach"):
+        rounding_check.replay_row(smol_session, prompt, reply, rec.steps[:1], len(reply) - 1)
+
+
+def test_a_parting_is_reproduced_only_when_the_replay_picks_the_speculative_token(smol_session):
+    import numpy as np
+
+    from app.cli import rounding_check
+
+    prompt, rec = _recorded_lookup(smol_session)
+    reply = rec.finish.tokens
+    b = next(b for b in rec.steps if b.accepted > 1)
+    position = b.position + 1  # inside a verify batch of several rows
+    row = rounding_check.replay_row(smol_session, prompt, reply, rec.steps, position)
+    other = int(np.argsort(row)[-2])
+    # Call the run's own token the speculative one: its batches reproduce it.
+    own = rounding_check.measure(smol_session, prompt, reply, position, other, reply[position], rec.steps)
+    assert own.reproduced is True and own.gaps["engine_batches"] < 0
+    # The other way round, the replay does not pick the supposed speculative token.
+    swapped = rounding_check.measure(smol_session, prompt, reply, position, reply[position], other, rec.steps)
+    assert swapped.reproduced is False and swapped.gaps["engine_batches"] > 0
+    assert rounding_check.measure(smol_session, prompt, reply, position, reply[position], other).reproduced is None
+
+
+def test_report_says_whether_the_runs_batches_reproduce_a_parting():
+    from types import SimpleNamespace
+
+    d = {"position": 31, "plain_token": 1, "spec_token": 2, "margin": 0.165, "near_tie": False}
+    gaps = {"one_token": 0.165, "engine_batches": -0.02}
+    yes = SimpleNamespace(identical=False, engine="specchat",
+                          divergence={**d, "rounding": {"gaps": gaps, "spread": 0.185, "within": True,
+                                                        "reproduced": True}})
+    assert "the target's own choice in the run's batches" in bench_mod._same_column(yes)  # type: ignore[arg-type]
+    no = SimpleNamespace(identical=False, engine="specchat",
+                         divergence={**d, "rounding": {"gaps": {**gaps, "engine_batches": 0.2}, "spread": 0.3,
+                                                       "within": True, "reproduced": False}})
+    assert "REAL DIFFERENCE" in bench_mod._same_column(no)  # type: ignore[arg-type]

@@ -27,10 +27,11 @@ from typing import Any
 
 from app import settings as settings_mod
 from app.atomic import atomic_write_text
-from app.cli import native_bench, rounding_check
-from app.cli.bench_child import Request, run_in_child, run_once
+from app.cli import copy_bound, native_bench, rounding_check
+from app.cli.bench_child import Recorded, Request, run_in_child, run_once, run_recorded
 from app.cli.native_bench import NATIVE_MODES, PREFIX, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
+from app.cli.rounding_check import Batch
 from app.engine.drafters import NEEDS_DRAFT
 from app.engine.events import Divergence, FinishEvent
 from app.engine.pair_config import PairConfig
@@ -227,7 +228,7 @@ class FreshProcesses:
     timeout_s: float
     warmup_tokens: tuple[int, ...]
 
-    def run(self, tokens: list[int], params: GenParams, name: str) -> FinishEvent:
+    def run(self, tokens: list[int], params: GenParams, name: str) -> Recorded:
         request = Request(self.config, tuple(tokens), params, self.warmup_tokens, WARMUP_N_PREDICT)
         return run_in_child(request, self.workdir, name, self.timeout_s)
 
@@ -290,15 +291,17 @@ def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, m
         if progress is not None:
             progress.update(1)
         results: dict[str, list[Result]] = {m: [] for m in all_modes}
+        steps: dict[str, tuple[Batch, ...]] = {}  # each SpecChat mode's last run, for rounding_check's replay
         for r in range(repeat):
             for mode in round_order(all_modes, r):
                 if mode.startswith(PREFIX):
                     assert native is not None
                     results[mode].append(native.run(mode.removeprefix(PREFIX), session, messages, tokens, n, item.id))
-                elif fresh is not None:
-                    results[mode].append(fresh.run(tokens, p.with_mode(mode), f"{item.id}-{mode}-{r}"))
                 else:
-                    results[mode].append(run_once(session, tokens, p.with_mode(mode)))
+                    recorded = (fresh.run(tokens, p.with_mode(mode), f"{item.id}-{mode}-{r}") if fresh is not None
+                                else run_recorded(session, tokens, p.with_mode(mode)))
+                    results[mode].append(recorded.finish)
+                    steps[mode] = recorded.steps
                 if progress is not None:
                     progress.update(1)
         cpp_plain = results.get(PREFIX + "plain")
@@ -313,16 +316,18 @@ def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, m
                 yield _native_run(common, [r for r in runs if isinstance(r, NativeResult)], reference, greedy)
             else:
                 run = _specchat_run(common, [r for r in runs if isinstance(r, FinishEvent)], reference, greedy)
-                yield _with_rounding_check(run, session, tokens, reference)
+                yield _with_rounding_check(run, session, tokens, reference, steps.get(mode, ()))
 
 
-def _with_rounding_check(run: BenchRun, session: SpecSession, tokens: list[int], reference: FinishEvent) -> BenchRun:
-    """A parting that is not a near-tie gets the target's gaps at that position measured (rounding_check)."""
+def _with_rounding_check(run: BenchRun, session: SpecSession, tokens: list[int], reference: FinishEvent,
+                         steps: Sequence[Batch] = ()) -> BenchRun:
+    """A parting that is not a near-tie gets the target's gaps at that position measured (rounding_check), in the
+    speculative run's own batches too when its `steps` are given."""
     d = run.divergence
     if not d or d.get("near_tie") or d.get("plain_token", -1) < 0 or d.get("spec_token", -1) < 0:
         return run
     check = rounding_check.measure(session, tokens, reference.tokens, d["position"], d["plain_token"],
-                                   d["spec_token"])
+                                   d["spec_token"], steps)
     return replace(run, divergence={**d, "rounding": asdict(check)})
 
 
@@ -469,6 +474,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
                     runs.append(run)
             if args.compare_llama_cpp_python:
                 reference = _reference_lookup(session, prompts, params, cfg)
+            bounds = _copy_bounds(session, prompts, runs) if args.copy_bound else None
     report = {
         "machine": machine_description(),
         "models": {"target": str(target), "draft": str(draft) if draft else None},
@@ -496,6 +502,8 @@ def run_bench_cli(args: argparse.Namespace) -> int:
                             "specchat_system_info": ours, "same_build_features": native.system_info == ours}
     if reference:
         report["llama_cpp_python_prompt_lookup"] = reference
+    if bounds:
+        report["copy_bound"] = bounds
     text = json.dumps(report, indent=2)
     if args.json_out is not None:
         atomic_write_text(args.json_out, text + "\n")
@@ -504,6 +512,17 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     else:
         print(format_report(runs, report))
     return 0
+
+
+def _copy_bounds(session: SpecSession, prompts: list[BenchPrompt], runs: list[BenchRun]) -> dict[str, Any]:
+    """Each prompt's clairvoyant copy bound (copy_bound.py) for its plain reply, with this machine's row costs,
+    timed after the runs (untimed for them) over the longest prompt."""
+    tokenized = {p.id: session.chat_prompt(p.chat()) for p in prompts}
+    costs = copy_bound.measure_row_costs(session, max(tokenized.values(), key=len))
+    plain = {r.prompt_id: r.token_ids for r in runs if r.mode == "none"}
+    return {"key": copy_bound.KEY, "row_costs": {str(r): round(c, 3) for r, c in costs.items()},
+            "prompts": {pid: round(copy_bound.bound(tokens, plain[pid], costs), 3)
+                        for pid, tokens in tokenized.items() if pid in plain}}
 
 
 def _reference_lookup(session: SpecSession, prompts: list[BenchPrompt], params: GenParams,
@@ -522,6 +541,13 @@ def _same_column(r: BenchRun) -> str:
     if r.engine != "specchat":
         return "no (reply text differs)" if d.get("reply_text_known", True) else "unknown (reply not found)"
     rounding = d.get("rounding")
+    if rounding and rounding.get("reproduced"):
+        return (f"no @{d.get('position')} (the target's own choice in the run's batches: margin "
+                f"{d.get('margin', float('nan')):.4f} one token at a time, "
+                f"{rounding['gaps']['engine_batches']:+.4f} replayed)")
+    if rounding and rounding.get("reproduced") is False:
+        return (f"no @{d.get('position')} (REAL DIFFERENCE: margin {d.get('margin', float('nan')):.4f}, not "
+                f"reproduced by replaying the run's batches)")
     if rounding and rounding["within"]:
         return (f"no @{d.get('position')} (within measured rounding: margin {d.get('margin', float('nan')):.4f}, "
                 f"the gap moves {rounding['spread']:.4f} with the batch)")
@@ -564,6 +590,14 @@ def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
                      + (f", vs llama.cpp plain {_ratio(m['median_speedup_vs_llama_cpp'])}" if has_cpp else "")
                      + f", identical {m['identical']}/{m['prompts']}"
                      + (f", engine overhead {overhead:.2%}" if overhead is not None else ""))
+    bounds = report.get("copy_bound")
+    if bounds:
+        lines.append("")
+        lines.append("A target pass of r rows, in one-row passes: "
+                     + ", ".join(f"{r}: {c:.2f}" for r, c in bounds["row_costs"].items()))
+        lines.append(f"Copy bound (a drafter that knows the reply, copies context text after {bounds['key']} matching "
+                     "tokens and sizes each verify for these costs; x plain steps): "
+                     + ", ".join(f"{pid} {b:.2f}x" for pid, b in bounds["prompts"].items()))
     ref = report.get("llama_cpp_python_prompt_lookup")
     if ref:
         lines.append("")

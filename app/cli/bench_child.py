@@ -6,7 +6,7 @@ always children of the bench process, which holds the loaded pair, so they got t
 in-process runs did not. A fresh child per timed run puts both sides in the same conditions: started by the
 same parent, loading their own weights, one run each.
 
-The parent writes a pickled `Request` to a file and reads back the pickled `FinishEvent` (both files live in
+The parent writes a pickled `Request` to a file and reads back a pickled `Recorded` (both files live in
 the bench's private temporary folder: pickle is only ever read from our own processes).
 """
 
@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from app.cli.rounding_check import Batch, layout
 from app.engine.drafters import NEEDS_DRAFT
-from app.engine.events import FinishEvent
+from app.engine.events import FinishEvent, StepEvent
 from app.engine.pair_config import PairConfig
 from app.engine.session import GenParams, SpecSession
 
@@ -36,6 +37,14 @@ class Request:
     warmup_n_predict: int
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """A run's FinishEvent and its steps' batches (what rounding_check replays where the reply parted)."""
+
+    finish: FinishEvent
+    steps: tuple[Batch, ...]
+
+
 def child_config(config: PairConfig, mode: str) -> PairConfig:
     """What a child loads: the draft only for modes that use it (llama-completion loads the target alone), and
     no second memory check (the parent's passed; the parent's own copy would be counted against the child)."""
@@ -47,8 +56,8 @@ def child_command() -> list[str]:
     return [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "app.cli"]
 
 
-def run_in_child(request: Request, workdir: Path, name: str, timeout_s: float) -> FinishEvent:
-    """Run `request` in a fresh `specchat bench-run` and return its FinishEvent."""
+def run_in_child(request: Request, workdir: Path, name: str, timeout_s: float) -> Recorded:
+    """Run `request` in a fresh `specchat bench-run` and return what it recorded."""
     request_file, result_file = workdir / f"{name}.request.pkl", workdir / f"{name}.result.pkl"
     request_file.write_bytes(pickle.dumps(request))
     result_file.unlink(missing_ok=True)
@@ -63,17 +72,25 @@ def run_in_child(request: Request, workdir: Path, name: str, timeout_s: float) -
                            f"(exit status {done.returncode}); its error output ends with:\n"
                            f"{done.stderr[-STDERR_TAIL:]}")
     result = pickle.loads(result_file.read_bytes())
-    if not isinstance(result, FinishEvent):
-        raise RuntimeError(f"a SpecChat bench run ({name}) returned {type(result).__name__}, not a FinishEvent")
+    if not isinstance(result, Recorded):
+        raise RuntimeError(f"a SpecChat bench run ({name}) returned {type(result).__name__}, not a Recorded run")
     return result
 
 
-def run_once(session: SpecSession, tokens: Sequence[int], params: GenParams) -> FinishEvent:
-    """One reply, run to its FinishEvent (the bench's runs, in its own process and in a child)."""
+def run_recorded(session: SpecSession, tokens: Sequence[int], params: GenParams) -> Recorded:
+    """One reply, run to its FinishEvent, with its steps (the bench's runs, in its own process and in a child)."""
+    steps: list[StepEvent] = []
     for event in session.generate(tokens, params):
-        if isinstance(event, FinishEvent):
-            return event
+        if isinstance(event, StepEvent):
+            steps.append(event)
+        elif isinstance(event, FinishEvent):
+            return Recorded(event, layout(steps))
     raise RuntimeError("the engine ended without a FinishEvent")
+
+
+def run_once(session: SpecSession, tokens: Sequence[int], params: GenParams) -> FinishEvent:
+    """One reply, run to its FinishEvent."""
+    return run_recorded(session, tokens, params).finish
 
 
 def main(request_file: Path, result_file: Path) -> int:
@@ -84,7 +101,7 @@ def main(request_file: Path, result_file: Path) -> int:
         run_once(session, request.warmup_tokens,
                 replace(request.params, n_predict=request.warmup_n_predict, track_margins=False))
         session.clear_caches()  # as llama.cpp after its warm-up: the prompt is prefilled whole, not after a prefix
-        result = run_once(session, request.tokens, request.params)
+        result = run_recorded(session, request.tokens, request.params)
     result_file.write_bytes(pickle.dumps(result))
     return 0
 

@@ -7,18 +7,39 @@ the gap between the plain token and the speculative one computed three ways on t
 a time (as plain decoding), the whole context in one pass, and its last BATCH_ROWS tokens as one verify-sized
 batch. If the gap moves by more than plain decoding's own gap, the parting is within measured rounding: the
 two replies are both the target's, computed in different batches (docs/BENCHMARKS.md, run 13).
+
+Given the speculative run's own steps (`layout`), it also replays them: the prompt prefilled as the engine does,
+then every verify batch `[last token, *drafted]` decoded and rolled back to the accepted rows, up to the step
+that emitted the parting token, whose row it reads. When that row's choice is the speculative token, the parting
+is reproduced: the target itself picks that token when its cache was built in those batches, so the reply is
+the target's own and no engine fault (a wrong row, a stale cache) is needed to explain it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from app.engine.events import StepEvent
 from app.engine.session import SpecSession
 
 BATCH_ROWS = 32  # the longest verify the CPU default runs (a sure copy of 31 tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One step of a speculative run, as much as replaying its verify batch needs (from its StepEvent)."""
+
+    position: int  # reply index of the step's first token
+    drafted: tuple[int, ...]
+    accepted: int
+    from_prompt: bool  # the row came from the prompt's pass: no batch of its own
+
+
+def layout(steps: Iterable[StepEvent]) -> tuple[Batch, ...]:
+    return tuple(Batch(s.position, s.drafted, s.accepted, s.from_prompt) for s in steps)
 
 
 @dataclass(frozen=True)
@@ -26,15 +47,45 @@ class RoundingCheck:
     gaps: dict[str, float]  # logit(plain token) - logit(speculative token), by how the position was computed
     spread: float  # max - min of those gaps
     within: bool  # plain decoding's gap (one_token) is smaller than the spread: rounding can flip it
+    # The run's own batches replayed: does the target pick the speculative token there? None: no layout given.
+    reproduced: bool | None = None
 
 
 def _gap(logits: np.ndarray, plain_token: int, spec_token: int) -> float:
     return float(logits[plain_token] - logits[spec_token])
 
 
+def replay_row(session: SpecSession, prompt: Sequence[int], reply: Sequence[int], steps: Sequence[Batch],
+               position: int) -> np.ndarray:
+    """The target's logits for reply[position], computed in the batches the speculative run decoded: the engine's
+    prefill, then each verify `[last token, *drafted]` rolled back to its accepted rows, up to the step that
+    emitted `position`. `reply` must agree with the run's accepted drafts before `position`."""
+    ctx = session.target_ctx
+    tokens = list(prompt) + list(reply)
+    session.clear_caches()
+    ctx.decode(list(prompt), logits_for="last")  # n_batch chunks, the last row's logits: the engine's prefill
+    for b in steps:
+        if b.position > position:
+            break
+        if b.from_prompt:
+            if b.position == position:
+                return ctx.logits(-1).copy()
+            continue
+        agree = min(b.accepted, position - b.position)  # the parting step's own drafts differ from `position` on
+        if tuple(tokens[len(prompt) + b.position:len(prompt) + b.position + agree]) != b.drafted[:agree]:
+            raise ValueError(f"step at reply position {b.position}: its accepted drafts are not the reply's tokens")
+        n_before = ctx.n_past
+        ctx.decode([tokens[len(prompt) + b.position - 1], *b.drafted], logits_for="all")
+        if position <= b.position + b.accepted:
+            return ctx.logits(position - b.position).copy()
+        ctx.truncate(n_before + 1 + b.accepted)
+    raise ValueError(f"the run's steps do not reach reply position {position}")
+
+
 def measure(session: SpecSession, prompt: Sequence[int], reply: Sequence[int], position: int, plain_token: int,
-            spec_token: int) -> RoundingCheck:
-    """Recompute the target's gap at reply index `position` (reply[:position] as context). Leaves the caches empty."""
+            spec_token: int, steps: Sequence[Batch] = ()) -> RoundingCheck:
+    """Recompute the target's gap at reply index `position` (reply[:position] as context); with the speculative
+    run's `steps`, also in its own batches. Leaves the caches empty."""
     ctx = session.target_ctx
     context = list(prompt) + list(reply[:position])
     gaps: dict[str, float] = {}
@@ -52,7 +103,12 @@ def measure(session: SpecSession, prompt: Sequence[int], reply: Sequence[int], p
         ctx.decode(context[:-rows], logits_for="none")
         ctx.decode(context[-rows:], logits_for="all")
         gaps[f"batch_{rows}"] = _gap(ctx.logits(rows - 1), plain_token, spec_token)
+        reproduced = None
+        if steps:
+            row = replay_row(session, prompt, reply, steps, position)
+            gaps["engine_batches"] = _gap(row, plain_token, spec_token)
+            reproduced = int(np.argmax(row)) == spec_token
     finally:
         session.clear_caches()
     spread = max(gaps.values()) - min(gaps.values())
-    return RoundingCheck(gaps, spread, abs(gaps["one_token"]) < spread)
+    return RoundingCheck(gaps, spread, abs(gaps["one_token"]) < spread, reproduced)
