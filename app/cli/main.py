@@ -72,6 +72,9 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
                        "hybrid on a GPU build)")
     bench.add_argument("--repeat", type=int, default=3, help="timed rounds per prompt; medians are reported")
     bench.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up round")
+    bench.add_argument("--copy-bound", action="store_true",
+                       help="also time the target's passes by row count and print, per prompt, the most any copy "
+                       "drafter could gain on its plain reply with those costs")
     bench.add_argument("--compare-llama-cpp-python", action="store_true",
                        help="also time llama-cpp-python's own LlamaPromptLookupDecoding on each prompt")
     native = bench.add_argument_group("llama.cpp's own tools")

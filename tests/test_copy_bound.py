@@ -1,0 +1,59 @@
+"""The clairvoyant copy bound: what any copy drafter could gain on a reply with given row costs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.cli import copy_bound
+from tests.test_bench import _suite
+from tests.test_cli import specchat
+
+
+def test_copyable_counts_the_continuation_of_a_matching_earlier_spot():
+    prompt = [10, 11, 1, 2, 3, 4, 5, 12]
+    reply = [1, 2, 3, 4, 5, 7, 8]
+    # reply[2] follows (1, 2), as prompt[4] does: 3, 4, 5 continue it, then the reply says 7 where it said 12.
+    assert copyable_at(prompt, reply, 2) == 3
+    assert copy_bound.copyable(prompt, reply)[:2] == [0, 0]  # (5, 12) and (12, 1) occur nowhere earlier
+    # The reply's own text is context too: a repeat of its first tokens copies from the reply.
+    again = [20, 21, 22, 23, 20, 21, 22, 23]
+    assert copy_bound.copyable([9], again, key=2)[6] == 2  # (20, 21) -> 22, 23
+    assert copy_bound.copyable(prompt, reply, longest=2)[2] == 2
+
+
+def copyable_at(prompt, reply, i):
+    return copy_bound.copyable(prompt, reply)[i]
+
+
+def test_bound_is_one_when_rows_cost_their_count_and_grows_when_they_are_cheap():
+    prompt = list(range(100, 130))
+    reply = list(range(100, 130))  # the prompt again: copyable from reply[2] on, after (100, 101)
+    linear = {r: float(r) for r in copy_bound.ROWS}
+    assert copy_bound.bound(prompt, reply, linear) == pytest.approx(1.0)
+    free = {r: 1.0 for r in copy_bound.ROWS}
+    # Plain step for reply[1] (nothing to copy after (129, 100)), then one 28-row verify for the 28 others.
+    assert copy_bound.bound(prompt, reply, free) == pytest.approx(29 / 2)
+    # Nothing copyable: plain decoding is the best there is.
+    assert copy_bound.bound([1, 2, 3], [4, 5, 6, 7, 8], free) == pytest.approx(1.0)
+
+
+def test_row_costs_are_measured_on_the_real_target(smol_session):
+    prompt = smol_session.chat_prompt([{"role": "user", "content": "Name three colours."}])
+    costs = copy_bound.measure_row_costs(smol_session, prompt, rows=(1, 2, 8), repeats=2)
+    assert set(costs) == {1, 2, 8} and costs[1] == 1.0 and all(c > 0 for c in costs.values())
+    assert smol_session.target_ctx.n_past == 0  # caches left empty, as the bench's next run expects
+
+
+def test_bench_cli_prints_each_prompts_copy_bound(smol_path, tmp_path):
+    result = specchat("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none",
+                      "--repeat", 1, "--no-warmup", "-c", 512, "--copy-bound", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    bounds = json.loads(result.stdout)["copy_bound"]
+    assert set(bounds["prompts"]) == {"echo", "turns"} and all(b >= 1.0 for b in bounds["prompts"].values())
+    assert bounds["row_costs"]["1"] == 1.0 and bounds["key"] == copy_bound.KEY
+    table = specchat("bench", "--prompts", _suite(tmp_path), "-m", smol_path, "--modes", "none", "--repeat", 1,
+                     "--no-warmup", "-c", 512, "--copy-bound", home=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "Copy bound" in table.stdout and "echo" in table.stdout
