@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from app.cli import copy_bound
+from app.cli import copy_bound, policy_replay
+from app.engine.drafters import AUTO_COPY_MAX
+from app.engine.speculative import SpecParams
 from tests.test_bench import _suite
 from tests.test_cli import specchat
 
@@ -53,7 +55,40 @@ def test_bench_cli_prints_each_prompts_copy_bound(smol_path, tmp_path):
     bounds = json.loads(result.stdout)["copy_bound"]
     assert set(bounds["prompts"]) == {"echo", "turns"} and all(b >= 1.0 for b in bounds["prompts"].values())
     assert bounds["row_costs"]["1"] == 1.0 and bounds["key"] == copy_bound.KEY
+    # No drafter beats the clairvoyant one on the same reply and costs; SpecChat's own lookup included.
+    replayed = bounds["lookup_replay"]
+    assert set(replayed) == set(bounds["prompts"])
+    assert all(0 < replayed[pid] <= bounds["prompts"][pid] + 1e-3 for pid in replayed)
     table = specchat("bench", "--prompts", _suite(tmp_path), "-m", smol_path, "--modes", "none", "--repeat", 1,
                      "--no-warmup", "-c", 512, "--copy-bound", home=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "Copy bound" in table.stdout and "echo" in table.stdout
+
+
+CPU_SPEC = SpecParams(copy_max=AUTO_COPY_MAX, sure_copies=True)  # what resolve_spec gives on the CPU
+
+
+def test_replayed_plain_decoding_costs_one_step_per_decoded_token():
+    prompt, reply = list(range(50, 70)), list(range(100, 110))
+    one = {1: 1.0, 32: 32.0}
+    # The first token comes from the prompt's pass; the other 9 take a step each, the end of turn one more.
+    assert policy_replay.replay_ms(prompt, reply, True, one, "none", CPU_SPEC) == pytest.approx(10.0)
+    assert policy_replay.replay_ms(prompt, reply, False, one, "none", CPU_SPEC) == pytest.approx(9.0)
+
+
+def test_replayed_lookup_gains_where_rows_are_cheap_and_stays_under_the_bound():
+    block = [(i * 7) % 97 + 200 for i in range(120)]  # 120 distinct-enough tokens to copy
+    prompt = [1, 2, 3, *block, 4]
+    reply = [*block[:60], 999, *block[61:]]  # the block again, one token edited
+    free = {r: 1.0 + 0.02 * (r - 1) for r in copy_bound.ROWS}
+    linear = {r: float(r) for r in copy_bound.ROWS}
+    gain = policy_replay.replayed_speedup(prompt, reply, True, free, CPU_SPEC)
+    assert 2.0 < gain <= copy_bound.bound(prompt, reply, free) + 1e-9
+    # Where a row costs as much as a plain step, drafting can only lose what its rejected rows cost.
+    assert policy_replay.replayed_speedup(prompt, reply, True, linear, CPU_SPEC) <= 1.0 + 1e-9
+
+
+def test_the_stand_in_target_answers_each_row_with_the_next_recorded_token():
+    target = policy_replay.StandInTarget([5, 6, 7], 8, {1: 1.0}, policy_replay._Clock())
+    target.decode([5, 6], logits_for="all")
+    assert [int(target.logits(i).argmax()) for i in range(2)] == [6, 7]

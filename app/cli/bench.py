@@ -27,7 +27,7 @@ from typing import Any
 
 from app import settings as settings_mod
 from app.atomic import atomic_write_text
-from app.cli import copy_bound, native_bench, rounding_check
+from app.cli import copy_bound, native_bench, policy_replay, rounding_check
 from app.cli.bench_child import Recorded, Request, run_in_child, run_once, run_recorded
 from app.cli.native_bench import NATIVE_MODES, PREFIX, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
@@ -36,6 +36,7 @@ from app.engine.drafters import NEEDS_DRAFT
 from app.engine.events import Divergence, FinishEvent
 from app.engine.pair_config import PairConfig
 from app.engine.session import GenParams, SpecSession
+from app.engine.speculative import SpecParams
 from app.models.recommended_sampling import recommended_for
 
 NEAR_TIE_MARGIN = 0.1  # logit gap under which batched vs one-token kernels may legitimately flip
@@ -474,7 +475,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
                     runs.append(run)
             if args.compare_llama_cpp_python:
                 reference = _reference_lookup(session, prompts, params, cfg)
-            bounds = _copy_bounds(session, prompts, runs) if args.copy_bound else None
+            bounds = _copy_bounds(session, prompts, runs, spec_used) if args.copy_bound else None
     report = {
         "machine": machine_description(),
         "models": {"target": str(target), "draft": str(draft) if draft else None},
@@ -514,15 +515,20 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     return 0
 
 
-def _copy_bounds(session: SpecSession, prompts: list[BenchPrompt], runs: list[BenchRun]) -> dict[str, Any]:
+def _copy_bounds(session: SpecSession, prompts: list[BenchPrompt], runs: list[BenchRun],
+                 spec: SpecParams) -> dict[str, Any]:
     """Each prompt's clairvoyant copy bound (copy_bound.py) for its plain reply, with this machine's row costs,
-    timed after the runs (untimed for them) over the longest prompt."""
+    timed after the runs (untimed for them) over the longest prompt; and SpecChat's lookup replayed on the same
+    reply and costs (policy_replay.py), to tell the policy's share of the gap from the wall clock's noise."""
     tokenized = {p.id: session.chat_prompt(p.chat()) for p in prompts}
     costs = copy_bound.measure_row_costs(session, max(tokenized.values(), key=len))
-    plain = {r.prompt_id: r.token_ids for r in runs if r.mode == "none"}
+    plain = {r.prompt_id: r for r in runs if r.mode == "none" and r.engine == "specchat"}
+    ids = [pid for pid in tokenized if pid in plain]
     return {"key": copy_bound.KEY, "row_costs": {str(r): round(c, 3) for r, c in costs.items()},
-            "prompts": {pid: round(copy_bound.bound(tokens, plain[pid], costs), 3)
-                        for pid, tokens in tokenized.items() if pid in plain}}
+            "prompts": {pid: round(copy_bound.bound(tokenized[pid], plain[pid].token_ids, costs), 3) for pid in ids},
+            "lookup_replay": {pid: round(policy_replay.replayed_speedup(
+                tokenized[pid], plain[pid].token_ids, plain[pid].finish_reason == "stop", costs, spec), 3)
+                for pid in ids}}
 
 
 def _reference_lookup(session: SpecSession, prompts: list[BenchPrompt], params: GenParams,
@@ -598,6 +604,10 @@ def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
         lines.append(f"Copy bound (a drafter that knows the reply, copies context text after {bounds['key']} matching "
                      "tokens and sizes each verify for these costs; x plain steps): "
                      + ", ".join(f"{pid} {b:.2f}x" for pid, b in bounds["prompts"].items()))
+        replayed = bounds.get("lookup_replay", {})
+        if replayed:
+            lines.append("SpecChat's lookup replayed on the same replies and costs (x plain steps): "
+                         + ", ".join(f"{pid} {b:.2f}x" for pid, b in replayed.items()))
     ref = report.get("llama_cpp_python_prompt_lookup")
     if ref:
         lines.append("")

@@ -48,7 +48,7 @@ def measure_row_costs(session: SpecSession, context: Sequence[int], rows: Sequen
     return {r: statistics.median(times[r]) / one for r in counts}
 
 
-def _cost(costs: Mapping[int, float], rows: int) -> float:
+def row_cost(costs: Mapping[int, float], rows: int) -> float:
     """Linear between measured row counts; beyond the largest, per row at its price."""
     if rows in costs:
         return costs[rows]
@@ -89,7 +89,7 @@ def bound(prompt: Sequence[int], reply: Sequence[int], costs: Mapping[int, float
         return 1.0
     longest = max(costs) - 1
     avail = copyable(prompt, reply, key, longest)
-    price = [_cost(costs, rows) for rows in range(longest + 2)]  # price[r]: a pass of r rows (index 0 unused)
+    price = [row_cost(costs, rows) for rows in range(longest + 2)]  # price[r]: a pass of r rows (index 0 unused)
     best = [0.0] * (n + 1)
     for i in range(n - 1, 0, -1):
         b = 1.0 + best[i + 1]

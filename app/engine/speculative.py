@@ -15,7 +15,7 @@ from __future__ import annotations
 import codecs
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,10 +95,14 @@ def sure_copy_rule(costs: RowCosts) -> tuple[int, int]:
 class SpecEngine:
     """Drives one target context and one drafter. Owned by a single thread."""
 
-    def __init__(self, target: LlamaContext, drafter: Drafter) -> None:
+    def __init__(self, target: LlamaContext, drafter: Drafter,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.target = target
         self.model = target.model
         self.drafter = drafter
+        # Seconds, for every timer the governors learn from. A replay (app/cli/policy_replay.py) passes a clock
+        # that its stand-in target advances by a measured cost per verify, so the real policy runs in a second.
+        self.clock = clock
 
     def _prefill(self, prompt: Sequence[int], cancel: threading.Event | None) -> Iterator[PrefillEvent]:
         """Make the target cache hold the prompt, with the last row's logits, reusing the longest cached
@@ -158,14 +162,14 @@ class SpecEngine:
         noise = SampleNoise(sampling.seed) if sampling.seed is not None else SampleNoise.fresh()
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-        t_start = time.perf_counter()
+        t_start = self.clock()
         n_prefilled = 0
         for progress in self._prefill(prompt, cancel):
             n_prefilled = progress.done
             yield progress
         if k_max > 0 and not (cancel is not None and cancel.is_set()):
             self.drafter.prepare(list(prompt))
-        prefill_ms = (time.perf_counter() - t_start) * 1000.0
+        prefill_ms = (self.clock() - t_start) * 1000.0
 
         native_start = self.target.native_ms + self.drafter.native_ms
         # The prefill ran to the end: the first reply token's logits are kept (None: it was cancelled).
@@ -179,7 +183,7 @@ class SpecEngine:
         tally = _Tally()
         tally.acceptance.presize(max(k_max, kc_max))
         finish = "length"
-        t_decode = time.perf_counter()
+        t_decode = self.clock()
         try:
             while len(emitted) < n_predict:
                 if cancel is not None and cancel.is_set():
@@ -210,9 +214,9 @@ class SpecEngine:
                             if governor.free_probe(len(offer.tokens)):
                                 draft, k = offer, len(offer.tokens)
                     n_before, rows = self.target.n_past, None
-                    t_verify = time.perf_counter()
+                    t_verify = self.clock()
                     self.target.decode([context[-1], *draft.tokens], logits_for="all")
-                    verify_ms = (time.perf_counter() - t_verify) * 1000.0
+                    verify_ms = (self.clock() - t_verify) * 1000.0
                 if window is not None:
                     window.sync(context)
                 out, accepted = self._verify(draft, sampling, noise, len(context), window, track_margins, margins,
@@ -269,7 +273,7 @@ class SpecEngine:
             # Whatever happened (a stop, a cancel, an exception in a consumer), leave the cache
             # holding exactly the reply's tokens, so the next call can reuse it.
             self.target.keep_common_prefix(list(prompt) + emitted)
-        decode_ms = (time.perf_counter() - t_decode) * 1000.0
+        decode_ms = (self.clock() - t_decode) * 1000.0
         native_ms = self.target.native_ms + self.drafter.native_ms - native_start
         # Bytes of a character cut off by n_predict or a stop are dropped, not shown as U+FFFD, so the
         # text stays exactly the concatenation of the token events.

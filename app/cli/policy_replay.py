@@ -1,0 +1,128 @@
+"""SpecChat's own lookup policy replayed on a recorded greedy reply, with a machine's measured row costs.
+
+Why: a wall-time bench on these 2-core machines swings by 10-20% between rounds, which hides policy changes of a
+few percent. Greedy output does not depend on what is drafted, so the reply recorded from a plain run is what
+any speculative run writes. The real SpecEngine with the real drafter and governors is driven by a stand-in
+target that answers each verify row with the recorded token and advances the engine's clock by the measured
+cost of a pass of that many rows (copy_bound.measure_row_costs). The result, in plain steps, is noise-free and
+comparable with the clairvoyant copy bound on the same costs (`specchat bench --copy-bound` prints both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from app.cli.copy_bound import row_cost
+from app.engine.drafters import LookupDrafter, NoDrafter
+from app.engine.events import FinishEvent
+from app.engine.speculative import SpecEngine, SpecParams
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __call__(self) -> float:
+        return self.seconds
+
+
+class _StandInModel:
+    """What the engine asks of a model: its end-of-generation token, pieces for display (none needed here)."""
+
+    one_token_kernel_rows = None
+
+    def __init__(self, eog: int) -> None:
+        self.eog = eog
+
+    def is_eog(self, token: int) -> bool:
+        return token == self.eog
+
+    def piece(self, token: int) -> bytes:
+        return b""
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return ""
+
+
+class StandInTarget:
+    """A target context whose row after position j picks sequence[j + 1] (the recorded reply), and whose passes
+    with logits for every row (the verifies) advance `clock` by costs[rows] plain steps of 1 ms."""
+
+    def __init__(self, sequence: Sequence[int], eog: int, costs: Mapping[int, float], clock: _Clock,
+                 n_ctx: int = 1 << 20) -> None:
+        self.sequence = list(sequence)
+        self.model = _StandInModel(eog)
+        self.costs = costs
+        self.clock = clock
+        self.n_ctx = n_ctx
+        self.n_batch = self.max_rows = 512
+        self.native_ms = 0.0
+        self.tokens: list[int] = []
+        self._vocab = max(self.sequence) + 1
+        self._rows: list[int] = []  # the cache positions whose logits the last decode returned
+        self._kept: tuple[int, np.ndarray] | None = None
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def decode(self, tokens: Sequence[int], logits_for: str = "last") -> None:
+        start = len(self.tokens)
+        self.tokens.extend(tokens)
+        positions = range(start, len(self.tokens))
+        self._rows = list(positions) if logits_for == "all" else [positions[-1]] if logits_for == "last" else []
+        if logits_for == "all":
+            self.clock.seconds += row_cost(self.costs, len(tokens)) / 1000.0
+
+    def logits(self, row: int = -1) -> np.ndarray:
+        out = np.zeros(self._vocab, dtype=np.float32)
+        j = self._rows[row] + 1
+        if j < len(self.sequence):
+            out[self.sequence[j]] = 1.0
+        return out
+
+    def keep_last_logits(self) -> None:
+        self._kept = (self.n_past, self.logits(-1))
+
+    def kept_logits(self, n: int) -> np.ndarray | None:
+        kept = self._kept
+        return kept[1] if kept is not None and kept[0] == n <= self.n_past else None
+
+    def truncate(self, n_keep: int) -> None:
+        del self.tokens[n_keep:]
+        if self._kept is not None and n_keep < self._kept[0]:
+            self._kept = None
+
+    def keep_common_prefix(self, tokens: Sequence[int], known: int = 0) -> int:
+        common = 0
+        limit = min(len(tokens), len(self.tokens))
+        while common < limit and self.tokens[common] == tokens[common]:
+            common += 1
+        self.truncate(common)
+        return common
+
+
+def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs: Mapping[int, float], mode: str,
+              spec: SpecParams) -> float:
+    """The decode time of `mode` ("none" or "lookup") writing `reply` after `prompt`, in plain-step ms. `stopped`:
+    the reply ended with an end-of-generation token (one more step), rather than at its token budget."""
+    eog = max(max(prompt, default=0), max(reply, default=0)) + 1
+    clock = _Clock()
+    target = StandInTarget([*prompt, *reply, eog], eog, costs, clock)
+    drafter = LookupDrafter() if mode == "lookup" else NoDrafter()
+    engine = SpecEngine(target, drafter, clock=clock)  # type: ignore[arg-type]  # the context's surface, stood in
+    n_predict = len(reply) + 1 if stopped else len(reply)
+    finish = [e for e in engine.generate(prompt, n_predict, spec=spec) if isinstance(e, FinishEvent)]
+    if not finish or list(finish[0].tokens) != list(reply):
+        raise AssertionError(f"the {mode} replay did not reproduce the recorded reply")
+    return finish[0].stats.decode_ms
+
+
+def replayed_speedup(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs: Mapping[int, float],
+                     spec: SpecParams) -> float:
+    """SpecChat's lookup against plain decoding on the same reply and costs, in plain steps (1.0: no gain)."""
+    plain = replay_ms(prompt, reply, stopped, costs, "none", spec)
+    spent = replay_ms(prompt, reply, stopped, costs, "lookup", spec)
+    return plain / spent if spent > 0 else 1.0
