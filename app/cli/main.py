@@ -74,7 +74,8 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
     bench.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up round")
     bench.add_argument("--copy-bound", action="store_true",
                        help="also time the target's passes by row count and print, per prompt, the most any copy "
-                       "drafter could gain on its plain reply with those costs")
+                       "drafter could gain on its plain reply with those costs, and SpecChat's lookup replayed on "
+                       "the same reply and costs")
     bench.add_argument("--compare-llama-cpp-python", action="store_true",
                        help="also time llama-cpp-python's own LlamaPromptLookupDecoding on each prompt")
     native = bench.add_argument_group("llama.cpp's own tools")
