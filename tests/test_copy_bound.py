@@ -7,8 +7,9 @@ import json
 import pytest
 
 from app.cli import copy_bound, policy_replay
-from app.engine.drafters import AUTO_COPY_MAX
-from app.engine.speculative import SpecParams
+from app.engine.drafters import AUTO_COPY_MAX, LookupDrafter
+from app.engine.events import FinishEvent, StepEvent
+from app.engine.speculative import SpecEngine, SpecParams
 from tests.test_bench import _suite
 from tests.test_cli import specchat
 
@@ -92,3 +93,46 @@ def test_the_stand_in_target_answers_each_row_with_the_next_recorded_token():
     target = policy_replay.StandInTarget([5, 6, 7], 8, {1: 1.0}, policy_replay._Clock())
     target.decode([5, 6], logits_for="all")
     assert [int(target.logits(i).argmax()) for i in range(2)] == [6, 7]
+
+
+EOT = 990  # the stand-ins' end-of-turn token
+BLOCK = [(i * 7) % 97 + 200 for i in range(80)]
+# A user message quoting a block, its end of turn and the next header; the reply repeats the block and ends.
+QUOTING_PROMPT = [1, 2, *BLOCK, EOT, 5, 6]
+
+
+def _steps(prompt: list[int], reply: list[int], n_predict: int) -> list[StepEvent]:
+    clock = policy_replay._Clock()
+    target = policy_replay.StandInTarget([*prompt, *reply, EOT], EOT, copy_bound_costs(), clock)
+    engine = SpecEngine(target, LookupDrafter(), clock=clock)  # type: ignore[arg-type]
+    events = list(engine.generate(prompt, n_predict, spec=CPU_SPEC))
+    finish = [e for e in events if isinstance(e, FinishEvent)]
+    assert finish and list(finish[0].tokens) == reply and finish[0].stats.finish_reason == "stop"
+    return [e for e in events if isinstance(e, StepEvent)]
+
+
+def copy_bound_costs() -> dict[int, float]:
+    return {r: 1.0 + 0.45 * (r - 1) for r in copy_bound.ROWS}  # cheap rows: long copies pay
+
+
+def test_a_copy_never_drafts_past_the_end_of_turn_it_runs_into():
+    steps = _steps(QUOTING_PROMPT, list(BLOCK), 400)
+    assert any(s.copy for s in steps), "the block should be drafted as a running copy"
+    last = steps[-1]
+    # The copy reaches the quoted message's end of turn: it drafts it (the target agrees) and nothing after it,
+    # where it would verify the next header's rows for nothing.
+    assert EOT in last.drafted and last.drafted[-1] == EOT and last.accepted == len(last.drafted)
+    assert all(EOT not in s.drafted[:-1] for s in steps)
+
+
+def test_the_replay_pays_for_drafts_past_the_reply_when_given_the_real_budget():
+    # The reply stops early, where the quoted block goes on: a copy runs past the reply's end, and only a replay
+    # that knows the run's real budget pays for those rows, as the real run does.
+    prompt, reply = [1, 2, *BLOCK, 3, 4], BLOCK[:40]
+    costs = copy_bound_costs()
+    told_the_length = policy_replay.replay_ms(prompt, reply, True, costs, "lookup", CPU_SPEC)
+    real_budget = policy_replay.replay_ms(prompt, reply, True, costs, "lookup", CPU_SPEC, n_predict=400)
+    assert real_budget > told_the_length
+    # A reply cut by its budget had no room beyond it: the budget changes nothing.
+    assert policy_replay.replay_ms(prompt, reply, False, costs, "lookup", CPU_SPEC, n_predict=400) == \
+        policy_replay.replay_ms(prompt, reply, False, costs, "lookup", CPU_SPEC)

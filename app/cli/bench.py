@@ -527,7 +527,8 @@ def _copy_bounds(session: SpecSession, prompts: list[BenchPrompt], runs: list[Be
     return {"key": copy_bound.KEY, "row_costs": {str(r): round(c, 3) for r, c in costs.items()},
             "prompts": {pid: round(copy_bound.bound(tokenized[pid], plain[pid].token_ids, costs), 3) for pid in ids},
             "lookup_replay": {pid: round(policy_replay.replayed_speedup(
-                tokenized[pid], plain[pid].token_ids, plain[pid].finish_reason == "stop", costs, spec), 3)
+                tokenized[pid], plain[pid].token_ids, plain[pid].finish_reason == "stop", costs, spec,
+                plain[pid].n_predict, session.target_ctx.model.is_eog), 3)
                 for pid in ids}}
 
 

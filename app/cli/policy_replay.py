@@ -10,7 +10,7 @@ comparable with the clairvoyant copy bound on the same costs (`specchat bench --
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -29,15 +29,16 @@ class _Clock:
 
 
 class _StandInModel:
-    """What the engine asks of a model: its end-of-generation token, pieces for display (none needed here)."""
+    """What the engine asks of a model: its end-of-generation tokens, pieces for display (none needed here)."""
 
     one_token_kernel_rows = None
 
-    def __init__(self, eog: int) -> None:
+    def __init__(self, eog: int, is_eog: Callable[[int], bool] | None = None) -> None:
         self.eog = eog
+        self._is_eog = is_eog
 
     def is_eog(self, token: int) -> bool:
-        return token == self.eog
+        return token == self.eog or (self._is_eog is not None and self._is_eog(token))
 
     def piece(self, token: int) -> bytes:
         return b""
@@ -51,9 +52,9 @@ class StandInTarget:
     with logits for every row (the verifies) advance `clock` by costs[rows] plain steps of 1 ms."""
 
     def __init__(self, sequence: Sequence[int], eog: int, costs: Mapping[int, float], clock: _Clock,
-                 n_ctx: int = 1 << 20) -> None:
+                 n_ctx: int = 1 << 20, is_eog: Callable[[int], bool] | None = None) -> None:
         self.sequence = list(sequence)
-        self.model = _StandInModel(eog)
+        self.model = _StandInModel(eog, is_eog)
         self.costs = costs
         self.clock = clock
         self.n_ctx = n_ctx
@@ -105,15 +106,23 @@ class StandInTarget:
 
 
 def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs: Mapping[int, float], mode: str,
-              spec: SpecParams) -> float:
+              spec: SpecParams, n_predict: int | None = None, is_eog: Callable[[int], bool] | None = None) -> float:
     """The decode time of `mode` ("none" or "lookup") writing `reply` after `prompt`, in plain-step ms. `stopped`:
-    the reply ended with an end-of-generation token (one more step), rather than at its token budget."""
+    the reply ended with an end-of-generation token (one more step), rather than at its token budget.
+    `n_predict`: the budget the recorded run had. The engine never drafts past the budget, so a replay given
+    only the reply's own length would never pay for drafts that run past the reply's end, as real runs do.
+    `is_eog`: the real model's end-of-generation test. The reply then ends with the template's end-of-turn token
+    (the last one in the prompt), as the real one did, and a copy of an earlier message that runs into its end
+    of turn is cut there as in real runs; without it, a token of no vocabulary ends the reply."""
     eog = max(max(prompt, default=0), max(reply, default=0)) + 1
+    if is_eog is not None:
+        eog = next((t for t in reversed(prompt) if is_eog(t)), eog)
     clock = _Clock()
-    target = StandInTarget([*prompt, *reply, eog], eog, costs, clock)
+    target = StandInTarget([*prompt, *reply, eog], eog, costs, clock, is_eog=is_eog)
     drafter = LookupDrafter() if mode == "lookup" else NoDrafter()
     engine = SpecEngine(target, drafter, clock=clock)  # type: ignore[arg-type]  # the context's surface, stood in
-    n_predict = len(reply) + 1 if stopped else len(reply)
+    least = len(reply) + 1 if stopped else len(reply)
+    n_predict = least if n_predict is None or not stopped else max(n_predict, least)
     finish = [e for e in engine.generate(prompt, n_predict, spec=spec) if isinstance(e, FinishEvent)]
     if not finish or list(finish[0].tokens) != list(reply):
         raise AssertionError(f"the {mode} replay did not reproduce the recorded reply")
@@ -121,8 +130,9 @@ def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs:
 
 
 def replayed_speedup(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs: Mapping[int, float],
-                     spec: SpecParams) -> float:
+                     spec: SpecParams, n_predict: int | None = None,
+                     is_eog: Callable[[int], bool] | None = None) -> float:
     """SpecChat's lookup against plain decoding on the same reply and costs, in plain steps (1.0: no gain)."""
-    plain = replay_ms(prompt, reply, stopped, costs, "none", spec)
-    spent = replay_ms(prompt, reply, stopped, costs, "lookup", spec)
+    plain = replay_ms(prompt, reply, stopped, costs, "none", spec, n_predict, is_eog)
+    spent = replay_ms(prompt, reply, stopped, costs, "lookup", spec, n_predict, is_eog)
     return plain / spent if spent > 0 else 1.0

@@ -213,6 +213,7 @@ class SpecEngine:
                             offer = self.drafter.propose_free(context, min(governor.probe_k(), limit), sampling)
                             if governor.free_probe(len(offer.tokens)):
                                 draft, k = offer, len(offer.tokens)
+                    draft = _end_at_eog(draft, self.model.is_eog)
                     n_before, rows = self.target.n_past, None
                     t_verify = self.clock()
                     self.target.decode([context[-1], *draft.tokens], logits_for="all")
@@ -393,3 +394,16 @@ class SpecEngine:
             speculation_active=governor.enabled,
             python_ms=python_ms,
         )
+
+
+def _end_at_eog(draft: Draft, is_eog: Callable[[int], bool]) -> Draft:
+    """The draft up to and including its first end-of-generation token. Rows after it are never used: if it is
+    accepted the reply ends there, and if it is rejected so is all after it. A copy of earlier text runs into
+    the end of the message it copies (its end-of-turn, then the template's next header): verifying those rows
+    cost 15 plain steps on the CPU for nothing (docs/BENCHMARKS.md, run 16)."""
+    for i, token in enumerate(draft.tokens):
+        if is_eog(token):
+            if i + 1 == len(draft.tokens):
+                return draft
+            return Draft(draft.tokens[:i + 1], draft.q[:i + 1] if draft.q is not None else None, draft.ms)
+    return draft
