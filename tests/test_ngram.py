@@ -416,6 +416,48 @@ def test_a_sure_copy_stops_before_a_token_the_reply_edited_before() -> None:
     assert cut is not None and cut.tokens == tuple(passage[at : passage.index(77, at)])  # ... a sure one stops
 
 
+def test_a_key_match_wrong_from_its_first_token_marks_no_edit() -> None:
+    # A 3-token key (7, 8, 9) seen once before 50: the reply writes 60 after it, an accident of fresh text,
+    # not an edit of the source. Then it copies a passage holding 50: a sure copy must run past that 50 (a
+    # cut there, before a token as common as ',', cost mt-add-types 2-3% in the replay: run 17).
+    passage = [*range(100, 130), 50, *range(130, 160)]
+    prompt = [1, 7, 8, 9, 50, 2, *passage, 3]
+    reply = [7, 8, 9, 60, *passage]
+    lookup = PromptLookup()
+    lookup.prepare(prompt)
+    context = [*prompt, *reply[:3]]
+    assert lookup.propose(context, 4) is not None  # the key match proposes 50 ...
+    context += reply[3:7]  # ... the reply writes 60, then the passage's first tokens
+    assert lookup.propose(context, 4) is not None  # the key match starts the copy
+    context += reply[7:22]
+    copy = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
+    assert copy is not None and copy.tokens == tuple(passage[18:49]) and 50 in copy.tokens
+
+
+def test_a_copy_that_resumed_at_an_edit_and_breaks_at_once_marks_an_edit() -> None:
+    # A two-token rename (77 78 79 -> 88 78 99): the copy breaks at 77, resumes right after it (a local match)
+    # and breaks again at 79 before copying a token. That second break is an edit too: the next 79 is cut.
+    passage = [*range(100, 120), 77, 78, 79, *range(120, 160), 79, *range(160, 170)]
+    prompt = [1, 2, *passage, 3, 4]
+    reply = [{77: 88, 79: 99}.get(t, t) for t in passage]
+    lookup = PromptLookup()
+    lookup.prepare(prompt)
+    context = [*prompt, *reply[:3]]
+    assert lookup.propose(context, 4) is not None
+    context += reply[3:21]  # 88 where the source has 77: the copy breaks there
+    context.append(reply[21])  # 78: found right after the break, the copy resumes there ...
+    resumed = lookup.propose(context, 4)
+    assert resumed is not None and resumed.local and resumed.tokens[0] == 79
+    context.append(reply[22])  # ... and breaks at once: 99 for 79
+    for _ in range(25):
+        context.append(reply[len(context) - len(prompt)])
+        if lookup.propose(context, 6) is not None and lookup.running_copy(context, 31, min_run=16) is not None:
+            break
+    at = len(context) - len(prompt)
+    cut = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
+    assert cut is not None and cut.tokens == tuple(passage[at : passage.index(79, at)])
+
+
 def test_running_copy_only_looks() -> None:
     passage = list(range(100, 130))
     prompt = [1, 2, *passage, 3, 4]

@@ -178,9 +178,11 @@ class PromptLookup:
         self._src: int | None = None  # position of the token the running copy predicts next
         self._run = 0  # context tokens the running copy agrees with
         self._copied = 0  # tokens the running copy has supplied since it started
+        self._local = False  # the running copy resumed next to where the last one broke off (Proposal.local)
         self._anchor: int | None = None  # source position where the last copy broke off (an edit starts there)
         # Source tokens at which this reply's copies broke off: where the reply edited its source once (a renamed
-        # name, a changed separator), it will likely edit the same token again (see running_copy's cut).
+        # name, a changed separator), it will likely edit the same token again (see running_copy's cut). Only
+        # copies that were right at first or resumed at an edit count (see _follow).
         self._edited: set[int] = set()
         self._pending: Proposal | None = None  # the last committed draft, scored when the context grows
         self._caps: dict[tuple[int, int], int] = {}  # a key's draft cap after it drafted wrong tokens
@@ -266,7 +268,11 @@ class PromptLookup:
             return
         for token in new:
             if context[s] != token:
-                self._edited.add(context[s])
+                # A key match found elsewhere that is wrong from its first token is an accident, and says
+                # nothing about its source token: noting it cut later copies before common tokens (',' in a
+                # body, after a failed match in prose), which cost mt-add-types 2-3% in the replay (run 17).
+                if self._copied or self._local:
+                    self._edited.add(context[s])
                 # A short accidental match elsewhere must not move the spot the reply was copying from.
                 if self._copied >= self.params.resync_min_copy:
                     self._anchor = s
@@ -288,6 +294,7 @@ class PromptLookup:
         source, match, key, local = found
         if source != self._src:
             self._copied = 0
+            self._local = local
         self._src, self._run = source, match
         # A match right where the copy broke off is the copy resuming: it gets a full draft.
         n = min(k, len(context) - source, k if local else self.params.tokens_per_match * match)
