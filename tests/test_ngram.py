@@ -419,7 +419,7 @@ def test_a_sure_copy_stops_before_a_token_the_reply_edited_before() -> None:
 def test_a_key_match_wrong_from_its_first_token_marks_no_edit() -> None:
     # A 3-token key (7, 8, 9) seen once before 50: the reply writes 60 after it, an accident of fresh text,
     # not an edit of the source. Then it copies a passage holding 50: a sure copy must run past that 50 (a
-    # cut there, before a token as common as ',', cost mt-add-types 2-3% in the replay: run 17).
+    # cut there, before a token as common as ' return', cost mt-add-types 2-3% in the replay: run 17).
     passage = [*range(100, 130), 50, *range(130, 160)]
     prompt = [1, 7, 8, 9, 50, 2, *passage, 3]
     reply = [7, 8, 9, 60, *passage]

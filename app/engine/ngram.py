@@ -269,8 +269,8 @@ class PromptLookup:
         for token in new:
             if context[s] != token:
                 # A key match found elsewhere that is wrong from its first token is an accident, and says
-                # nothing about its source token: noting it cut later copies before common tokens (',' in a
-                # body, after a failed match in prose), which cost mt-add-types 2-3% in the replay (run 17).
+                # nothing about its source token: noting it cut later copies before common tokens (' return'
+                # in mt-add-types, after a failed match elsewhere), which cost it 2-3% in the replay (run 17).
                 if self._copied or self._local:
                     self._edited.add(context[s])
                 # A short accidental match elsewhere must not move the spot the reply was copying from.
