@@ -155,6 +155,45 @@ def test_a_key_that_drafted_wrong_tokens_drafts_less_until_it_is_right() -> None
     assert third is not None and len(third.tokens) == 4  # the cap is lifted
 
 
+
+def test_an_offer_followed_by_plain_steps_is_judged_by_all_its_tokens() -> None:
+    # While drafting is off, the engine shows the governor a free offer and, when it is not verified, takes a
+    # plain step: the context then grows one token at a time. The offer was right only if all its tokens come;
+    # judging it by the first token alone counted a right offer as 1 of 4, capped its key at 2 and made the
+    # reply look untrusted.
+    lookup = PromptLookup(NgramParams(sizes=(2,), min_hits=(1, 1)))
+    context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2]
+    offer = lookup.propose(context, 4)
+    assert offer is not None and offer.tokens == (3, 4, 5, 6)
+    lookup.commit(offer)
+    for token in offer.tokens:  # four plain steps, each writing what the offer said
+        context.append(token)
+        lookup.propose(context, 0)
+    # Scored once, 4 right of 4, on the decayed prior of 1 right of 2.
+    assert lookup.trusted and (lookup._hits, lookup._tries) == pytest.approx((0.8 + 4, 1.6 + 4))
+    context += [60, 61, 62, 1, 2]
+    again = lookup.propose(context, 4)
+    assert again is not None and again.key is not None and len(again.tokens) == 4  # its key is not capped
+    lookup.commit(again)
+    context += [3, 70]  # one right plain token, then the target wrote its own
+    lookup.propose(context, 0)
+    # A wrong token decides it at once: 1 right of 4.
+    assert (lookup._hits, lookup._tries) == pytest.approx((4.8 * 0.8 + 1, 5.6 * 0.8 + 4))
+
+
+def test_an_offer_replaced_before_it_was_judged_counts_its_judged_tokens() -> None:
+    # While off, the engine asks for a new offer at every plain step: the one before it is scored on the tokens
+    # the context has shown so far (all right), not charged for the ones it never got to show.
+    lookup = PromptLookup(NgramParams(sizes=(2,), min_hits=(1, 1)))
+    context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2]
+    for _ in range(3):
+        offer = lookup.propose(context, 4)
+        assert offer is not None and offer.tokens == tuple(context[len(context) - 9 : len(context) - 5])
+        lookup.commit(offer)
+        context.append(offer.tokens[0])  # a plain step: one token, the offer's first
+    lookup.commit(lookup.propose(context, 4))  # settles the third offer
+    assert (lookup._hits, lookup._tries) == pytest.approx((0.8**3 + 0.8**2 + 0.8 + 1, 2 * 0.8**3 + 0.8**2 + 0.8 + 1))
+
 def test_a_running_copy_resumes_right_after_an_edit() -> None:
     # Lines (7, name, 300): after the renamed name, the key (300,) occurs on every line, always followed by 7;
     # only the spot where the copy broke off says which line the reply is on.

@@ -185,6 +185,7 @@ class PromptLookup:
         # copies that were right at first or resumed at an edit count (see _follow).
         self._edited: set[int] = set()
         self._pending: Proposal | None = None  # the last committed draft, scored when the context grows
+        self._judged = 0  # its first tokens the context has already shown right (a plain step shows one)
         self._caps: dict[tuple[int, int], int] = {}  # a key's draft cap after it drafted wrong tokens
         # How this reply's drafts have fared, per drafted token, decayed per draft (see `trusted`). The prior
         # (1 of 2) is below TRUST_RATE: past its opening, a reply must earn trust with a right draft.
@@ -203,6 +204,7 @@ class PromptLookup:
         return self._select(context, k)
 
     def commit(self, proposal: Proposal) -> None:
+        self._settle()
         self._pending = proposal
 
     @property
@@ -246,11 +248,22 @@ class PromptLookup:
         self.index.extend(new)
 
     def _score(self, new: Sequence[int]) -> None:
-        """llama.cpp's common_ngram_map_accept, from the context itself: how much of the last draft was right."""
-        pending, self._pending = self._pending, None
+        """llama.cpp's common_ngram_map_accept, from the context itself: how much of the last draft was right.
+
+        A draft that was verified is judged at once (the new tokens hold its accepted part and the target's
+        own next token). An offer the governor did not verify is followed by one plain token: while that
+        token agrees, the offer stays pending and later tokens judge the rest. (Scored on that one token, a
+        right 4-token offer counted as 1 right of 4: it made the reply look untrusted and capped its key at 2.)"""
+        pending = self._pending
         if pending is None:
             return
-        accepted = common_prefix(pending.tokens, new)
+        rest = pending.tokens[self._judged :]
+        right = common_prefix(rest, new)
+        if right == len(new) < len(rest):
+            self._judged += right
+            return
+        accepted = self._judged + right
+        self._pending, self._judged = None, 0
         self._scored += 1
         self._hits = self._hits * TRUST_DECAY + accepted
         self._tries = self._tries * TRUST_DECAY + len(pending.tokens)
@@ -260,6 +273,16 @@ class PromptLookup:
             self._caps[pending.key] = accepted + 1
         else:
             self._caps.pop(pending.key, None)
+
+    def _settle(self) -> None:
+        """A new draft replaces one still pending: score the old one on the tokens judged so far, all right."""
+        pending, judged = self._pending, self._judged
+        self._pending, self._judged = None, 0
+        if pending is None or judged == 0:
+            return
+        self._scored += 1
+        self._hits = self._hits * TRUST_DECAY + judged
+        self._tries = self._tries * TRUST_DECAY + judged
 
     def _follow(self, context: Sequence[int], new: Sequence[int]) -> None:
         """Advance the running copy over the new tokens; where the target departs from it, note the spot."""

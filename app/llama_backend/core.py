@@ -246,7 +246,8 @@ class LlamaModel:
     def one_token_kernel_rows(self) -> int | None:
         """Most rows a batch may have and still run the kernels of one-token decoding, where known.
 
-        Without repacking, CPU batches of up to 7 rows matched one-token decoding here. With
+        Without repacking, CPU batches of up to 7 rows matched one-token decoding here: from 8 rows on, ggml
+        runs K-quant weights through its tiled matmul (ggml-cpu/tiled/tiled.cpp, ggml_tiled_min_batch). With
         repacked weights no batch size does: 4-row groups run a gemm (ggml-cpu/repack.cpp) that
         rounds differently (logits apart by up to ~0.4 on the demo pair), smaller batches re-read
         the weights row by row (so K <= 2 would cost as much as plain steps) and still parted from
