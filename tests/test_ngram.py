@@ -430,11 +430,9 @@ def test_adaptive_lookup_drafts_long_copies_and_reproduces_plain_decoding(demo_s
         assert run.tokens == plain.tokens
 
 
-def test_a_sure_copy_stops_before_a_token_the_reply_edited_before() -> None:
-    # A rename: the reply copies the passage with its name token 77 replaced by 88, wherever it occurs.
-    passage = [*range(100, 120), 77, *range(120, 160), 77, *range(160, 170)]
-    prompt = [1, 2, *passage, 3, 4]
-    reply = [88 if t == 77 else t for t in passage]
+def _copy_past_an_edit(passage: list[int], reply: list[int], prompt: list[int]) -> tuple[PromptLookup, list[int]]:
+    """Copy `reply` from `passage` (in `prompt`) up to the first edit, then on until the copy has resumed after it
+    and agreed for 16 tokens again: the lookup and the context there."""
     lookup = PromptLookup()
     lookup.prepare(prompt)
     context = [*prompt, *reply[:3]]
@@ -442,17 +440,46 @@ def test_a_sure_copy_stops_before_a_token_the_reply_edited_before() -> None:
     context += reply[3:18]
     copy = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
     assert copy is not None and copy.tokens == tuple(passage[18:49])  # nothing edited yet: no cut
-    context += reply[18:21]  # 88 where the source has 77: the copy breaks there ...
+    context += reply[18:21]  # the edit is at 20: the copy breaks there ...
     assert lookup.running_copy(context, 31, min_run=1) is None
     for _ in range(20):  # ... and resumes after it, at the next lookup that finds its spot again
         if lookup.propose(context, 6) is not None and lookup.running_copy(context, 31, min_run=16) is not None:
             break
         context.append(reply[len(context) - len(prompt)])
-    at = len(context) - len(prompt)
+    return lookup, context
+
+
+def test_a_sure_copy_stops_before_a_token_the_reply_edited_before() -> None:
+    # An insertion: the reply puts 99 before the token 77, wherever it occurs. The copy breaks at 77 and
+    # resumes at the same 77, so there is nothing to substitute: a sure copy stops before the next 77.
+    passage = [*range(100, 120), 77, *range(120, 160), 77, *range(160, 170)]
+    prompt = [1, 2, *passage, 3, 4]
+    reply = [u for t in passage for u in ((99, 77) if t == 77 else (t,))]
+    lookup, context = _copy_past_an_edit(passage, reply, prompt)
     cut = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
     whole = lookup.running_copy(context, 31, min_run=16)
     assert whole is not None and 77 in whole.tokens  # the copy itself runs on past the next 77 ...
+    at = whole.source - 2  # where the copy stands in the passage
     assert cut is not None and cut.tokens == tuple(passage[at : passage.index(77, at)])  # ... a sure one stops
+
+
+def test_a_copy_writes_a_rename_it_has_seen_wherever_the_source_has_the_old_name() -> None:
+    # A rename: the reply copies the passage with its name (77, 78) replaced by 88, wherever it occurs. Where the
+    # copy resumes after the first one it learns the substitution, and copies the next one renamed, a sure
+    # copy too; where the reply then keeps the old name, the substitution is forgotten.
+    passage = [*range(100, 120), 77, 78, *range(120, 160), 77, 78, *range(160, 170), 77, 78, *range(170, 180)]
+    prompt = [1, 2, *passage, 3, 4]
+    reply: list[int] = []
+    for t in passage:
+        reply += [88] if t == 77 else [] if t == 78 else [t]
+    lookup, context = _copy_past_an_edit(passage, reply, prompt)
+    done = len(context) - len(prompt)
+    cut = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
+    assert cut is not None and cut.tokens == tuple(reply[done : done + 31]) and 88 in cut.tokens
+    second = reply.index(88, 21)
+    context = [*prompt, *reply[:second], 77]  # this time the reply keeps the old name
+    assert lookup.propose(context, 4) is not None
+    assert lookup._subs == {77: []}
 
 
 def test_a_key_match_wrong_from_its_first_token_marks_no_edit() -> None:

@@ -27,7 +27,10 @@ Two additions for copy-with-edits replies, which llama.cpp's modes lack:
   source while the target keeps agreeing, so the match outgrows any key length;
 - a resync: where the target departed from the copy (an edit), later keys are first looked up right around
   that spot, so the copy resumes after a renamed identifier or an inserted annotation even when the short
-  key that re-finds it is ambiguous elsewhere in the context.
+  key that re-finds it is ambiguous elsewhere in the context;
+- substitutions: where the copy resumes after an edit that replaced a few source tokens with a few others (a
+  rename, a fixed typo), later copies write the same replacement wherever the source has those tokens, until
+  the reply once does not.
 """
 
 from __future__ import annotations
@@ -153,6 +156,10 @@ class NgramIndex:
                     m[key] = found[0]
 
 
+# A substitution is learned only where both sides are this short (in tokens): a renamed name or a fixed word.
+# Renames need 2 source tokens (' OrderBook' is ' Order', 'Book'); 4 and 8 replayed the same as 2 and 4 (run 18).
+SUB_MAX_SOURCE = 4
+SUB_MAX_REPLY = 8
 TRUST_RATE = 0.8  # PromptLookup.trusted: the share of recently drafted tokens that were right
 TRUST_DECAY = 0.8  # per scored draft: the last five or so count
 # A reply that reproduces earlier text (a refactor, an edit) starts doing so at once, with a code fence or the
@@ -180,6 +187,11 @@ class PromptLookup:
         self._copied = 0  # tokens the running copy has supplied since it started
         self._local = False  # the running copy resumed next to where the last one broke off (Proposal.local)
         self._anchor: int | None = None  # source position where the last copy broke off (an edit starts there)
+        self._broke_at: int | None = None  # the context position where that copy broke off
+        self._j = 0  # tokens of the substitution at _src the running copy has already written
+        # Substitutions this reply made where it resumed its copy (source tokens -> reply tokens), by first
+        # source token: a rename writes every later occurrence of the old name the same way.
+        self._subs: dict[int, list[tuple[tuple[int, ...], tuple[int, ...]]]] = {}
         # Source tokens at which this reply's copies broke off: where the reply edited its source once (a renamed
         # name, a changed separator), it will likely edit the same token again (see running_copy's cut). Only
         # copies that were right at first or resumed at an edit count (see _follow).
@@ -229,10 +241,39 @@ class PromptLookup:
         s = self._src
         if s is None or self._run < min_run or k <= 0:
             return None
-        n = min(k, len(context) - s, self.params.tokens_per_match * self._run)
+        tokens, origins = self._stream(context, s, self._j, min(k, self.params.tokens_per_match * self._run))
+        n = len(tokens)
         if cut_at_edits and self._edited:
-            n = next((i for i in range(n) if context[s + i] in self._edited), n)
-        return Proposal(tuple(context[s : s + n]), s, self._run, None) if n > 0 else None
+            edited = self._edited
+            n = next((i for i, o in enumerate(origins) if o is not None and context[o] in edited), n)
+        return Proposal(tokens[:n], s, self._run, None) if n > 0 else None
+
+    def _sub_at(self, context: Sequence[int], s: int, end: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """The learned substitution whose source tokens start at s (and end before `end`), if any."""
+        for x, y in self._subs.get(context[s], ()):
+            if s + len(x) <= end and tuple(context[s : s + len(x)]) == x:
+                return x, y
+        return None
+
+    def _stream(self, context: Sequence[int], s: int, j: int, n: int) -> tuple[tuple[int, ...], list[int | None]]:
+        """Up to n tokens a copy from source position s predicts, learned substitutions applied (j: tokens of
+        the one at s already written), with each token's source position (None inside a substitution)."""
+        end = len(context)
+        tokens: list[int] = []
+        origins: list[int | None] = []
+        while len(tokens) < n and s < end:
+            sub = self._sub_at(context, s, end) if self._subs else None
+            if sub is None:
+                tokens.append(context[s])
+                origins.append(s)
+                s, j = s + 1, 0
+                continue
+            x, y = sub
+            take = y[j : j + n - len(tokens)]
+            tokens.extend(take)
+            origins.extend([None] * len(take))
+            s, j = s + len(x), 0
+        return tuple(tokens), origins
 
     def _advance(self, context: Sequence[int]) -> None:
         old = self.index.tokens
@@ -289,21 +330,34 @@ class PromptLookup:
         s = self._src
         if s is None:
             return
-        for token in new:
-            if context[s] != token:
+        j = self._j
+        base = len(context) - len(new)
+        for i, token in enumerate(new):
+            here = base + i
+            sub = self._sub_at(context, s, here) if self._subs else None
+            expected = sub[1][j] if sub is not None else context[s]
+            if token != expected:
+                if sub is not None:  # the reply did not make this substitution here: forget it
+                    self._subs[sub[0][0]].remove(sub)
                 # A key match found elsewhere that is wrong from its first token is an accident, and says
                 # nothing about its source token: noting it cut later copies before common tokens (' return'
                 # in mt-add-types, after a failed match elsewhere), which cost it 2-3% in the replay (run 17).
                 if self._copied or self._local:
                     self._edited.add(context[s])
                 # A short accidental match elsewhere must not move the spot the reply was copying from.
-                if self._copied >= self.params.resync_min_copy:
-                    self._anchor = s
-                self._src, self._run = None, 0
+                if self._copied >= self.params.resync_min_copy and j == 0:
+                    self._anchor, self._broke_at = s, here
+                self._src, self._run, self._j = None, 0, 0
                 return
-            s += 1
+            if sub is not None and j + 1 < len(sub[1]):
+                j += 1
+            else:
+                s, j = s + (len(sub[0]) if sub is not None else 1), 0
             self._copied += 1
-        self._src = s
+            if s >= here + 1:  # the copy caught up with the reply itself
+                self._src, self._run, self._j = None, 0, 0
+                return
+        self._src, self._j = s, j
         self._run += len(new)
 
     def _select(self, context: Sequence[int], k: int) -> Proposal | None:
@@ -318,12 +372,29 @@ class PromptLookup:
         if source != self._src:
             self._copied = 0
             self._local = local
+            self._j = 0
+            if local:
+                self._learn(context, source - match, len(context) - match)
         self._src, self._run = source, match
         # A match right where the copy broke off is the copy resuming: it gets a full draft.
-        n = min(k, len(context) - source, k if local else self.params.tokens_per_match * match)
+        n = min(k, k if local else self.params.tokens_per_match * match)
         if key is not None:
             n = min(n, self._caps.get(key, n))
-        return Proposal(tuple(context[source : source + n]), source, match, key, local)
+        tokens, _ = self._stream(context, source, self._j, n)
+        return Proposal(tokens, source, match, key, local)
+
+    def _learn(self, context: Sequence[int], source_back: int, reply_back: int) -> None:
+        """The copy resumed at source_back / reply_back after breaking off at the anchor: what the reply wrote
+        in between replaced what the source had there. Kept when both sides are short and non-empty (a renamed
+        name, a fixed word), not for insertions or deletions."""
+        a, b = self._anchor, self._broke_at
+        self._broke_at = None  # one break teaches at most one substitution
+        if a is None or b is None:
+            return
+        x, y = tuple(context[a:source_back]), tuple(context[b:reply_back])
+        if 1 <= len(x) <= SUB_MAX_SOURCE and 1 <= len(y) <= SUB_MAX_REPLY and x != y:
+            subs = self._subs.setdefault(x[0], [])
+            subs[:] = [(x, y)] + [(ox, oy) for ox, oy in subs if ox != x]
 
     def _lookup(self, context: Sequence[int], floor: int) -> tuple[int, int, tuple[int, int], bool] | None:
         """The longest key longer than `floor` with a usable continuation: (source, match, key, local)."""
