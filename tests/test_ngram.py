@@ -155,7 +155,6 @@ def test_a_key_that_drafted_wrong_tokens_drafts_less_until_it_is_right() -> None
     assert third is not None and len(third.tokens) == 4  # the cap is lifted
 
 
-
 def test_an_offer_followed_by_plain_steps_is_judged_by_all_its_tokens() -> None:
     # While drafting is off, the engine shows the governor a free offer and, when it is not verified, takes a
     # plain step: the context then grows one token at a time. The offer was right only if all its tokens come;
@@ -193,6 +192,7 @@ def test_an_offer_replaced_before_it_was_judged_counts_its_judged_tokens() -> No
         context.append(offer.tokens[0])  # a plain step: one token, the offer's first
     lookup.commit(lookup.propose(context, 4))  # settles the third offer
     assert (lookup._hits, lookup._tries) == pytest.approx((0.8**3 + 0.8**2 + 0.8 + 1, 2 * 0.8**3 + 0.8**2 + 0.8 + 1))
+
 
 def test_a_running_copy_resumes_right_after_an_edit() -> None:
     # Lines (7, name, 300): after the renamed name, the key (300,) occurs on every line, always followed by 7;
