@@ -21,7 +21,7 @@ a key that drafted before, by what the target accepted then plus one (ngram-map'
 that a key which failed once recovers). The feedback needs no call from the engine: the tokens appended
 after a draft say how much of it was right.
 
-Two additions for copy-with-edits replies, which llama.cpp's modes lack:
+Three additions for copy-with-edits replies, which llama.cpp's modes lack:
 
 - a running copy: once a draft's source agrees with the reply, the next draft continues from the same
   source while the target keeps agreeing, so the match outgrows any key length;
