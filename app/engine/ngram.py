@@ -305,9 +305,7 @@ class PromptLookup:
             return
         accepted = self._judged + right
         self._pending, self._judged = None, 0
-        self._scored += 1
-        self._hits = self._hits * TRUST_DECAY + accepted
-        self._tries = self._tries * TRUST_DECAY + len(pending.tokens)
+        self._trust(accepted, len(pending.tokens))
         if pending.key is None:
             return
         if accepted < len(pending.tokens):
@@ -319,11 +317,14 @@ class PromptLookup:
         """A new draft replaces one still pending: score the old one on the tokens judged so far, all right."""
         pending, judged = self._pending, self._judged
         self._pending, self._judged = None, 0
-        if pending is None or judged == 0:
-            return
+        if pending is not None and judged > 0:
+            self._trust(judged, judged)
+
+    def _trust(self, right: int, tried: int) -> None:
+        """One scored draft in the reply's decayed trust tally (see `trusted`)."""
         self._scored += 1
-        self._hits = self._hits * TRUST_DECAY + judged
-        self._tries = self._tries * TRUST_DECAY + judged
+        self._hits = self._hits * TRUST_DECAY + right
+        self._tries = self._tries * TRUST_DECAY + tried
 
     def _follow(self, context: Sequence[int], new: Sequence[int]) -> None:
         """Advance the running copy over the new tokens; where the target departs from it, note the spot."""
@@ -377,7 +378,7 @@ class PromptLookup:
                 self._learn(context, source - match, len(context) - match)
         self._src, self._run = source, match
         # A match right where the copy broke off is the copy resuming: it gets a full draft.
-        n = min(k, k if local else self.params.tokens_per_match * match)
+        n = k if local else min(k, self.params.tokens_per_match * match)
         if key is not None:
             n = min(n, self._caps.get(key, n))
         tokens, _ = self._stream(context, source, self._j, n)
