@@ -139,7 +139,8 @@ def test_draft_is_capped_by_k_the_match_and_the_known_tokens() -> None:
 
 
 def test_a_key_that_drafted_wrong_tokens_drafts_less_until_it_is_right() -> None:
-    lookup = PromptLookup(NgramParams(sizes=(2,), min_hits=(1, 1)))
+    # The cap alone: with slot cuts the second draft would also stop before 99, where the first one broke.
+    lookup = PromptLookup(NgramParams(sizes=(2,), min_hits=(1, 1), slot_cuts=False))
     context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2]
     first = lookup.propose(context, 6)
     assert first is not None and first.tokens == (3, 4, 5, 6)  # a 2-token match: 4 tokens
@@ -590,3 +591,29 @@ def test_a_reply_that_copies_from_its_opening_is_trusted() -> None:
     later.prepare(prompt)
     fresh = list(range(2000, 2010))  # ten tokens of fresh text first: past the opening
     assert later.propose(prompt + fresh + [500, 501, 502], 3, GREEDY, RNG).tokens == ()
+
+
+
+@pytest.mark.parametrize("slot_cuts", [True, False])
+def test_a_copy_of_a_record_stops_before_the_fields_the_reply_varies(slot_cuts: bool) -> None:
+    # A list of records with the same keys (20..29) and other values (v, w). The second record's copy of the
+    # first breaks at each value after copying right tokens, so both values are slots; the third record's copies
+    # stop before them instead of drafting the second record's values (json-record drafted 6 tokens after
+    # `"age`, of which 2 were right).
+    def record(v: int, w: int) -> list[int]:
+        return [20, 21, 22, 23, v, 24, 25, 26, 27, w, 28, 29]
+
+    prompt = [1, 2, 3]
+    reply = record(30, 40) + record(31, 41) + record(32, 42)
+    lookup = PromptLookup(NgramParams(slot_cuts=slot_cuts))
+    lookup.prepare(prompt)
+    third = 2 * len(record(0, 0))
+    proposals = {}
+    for n in range(len(reply)):  # a plain step per token, each shown a proposal (as drafting-off steps are)
+        proposals[n - third] = lookup.propose([*prompt, *reply[:n]], 6)
+    at_v, at_w = proposals[1], proposals[6]  # the third record after "20" and after "32 24"
+    assert at_v is not None and at_w is not None
+    if slot_cuts:
+        assert (at_v.tokens, at_w.tokens) == ((21, 22, 23), (25, 26, 27))
+    else:
+        assert (at_v.tokens, at_w.tokens) == ((21, 22, 23, 31, 24, 25), (25, 26, 27, 41, 28, 29))
