@@ -148,7 +148,6 @@ def test_builtin_suite_keeps_its_prompts_and_adds_copying_edits():
         assert len(code.splitlines()) >= 35
 
 
-
 def test_heldout_suite_loads_and_shares_no_prompt_with_the_builtin_one():
     # The held-out prompts check drafting rules tuned on the built-in suite (docs/BENCHMARKS.md, run 19).
     path = Path(bench_mod.__file__).parent.parent / "data" / "bench_prompts_heldout.jsonl"
@@ -158,6 +157,7 @@ def test_heldout_suite_loads_and_shares_no_prompt_with_the_builtin_one():
     assert not {p.id for p in heldout} & {p.id for p in builtin}
     assert not {p.chat()[-1]["content"] for p in heldout} & {p.chat()[-1]["content"] for p in builtin}
     assert {"json", "csv", "edit", "multi-turn"} <= {p.kind for p in heldout}
+
 
 # --- round order --------------------------------------------------------------------------------------------
 

@@ -593,7 +593,6 @@ def test_a_reply_that_copies_from_its_opening_is_trusted() -> None:
     assert later.propose(prompt + fresh + [500, 501, 502], 3, GREEDY, RNG).tokens == ()
 
 
-
 @pytest.mark.parametrize("slot_cuts", [True, False])
 def test_a_copy_of_a_record_stops_before_the_fields_the_reply_varies(slot_cuts: bool) -> None:
     # A list of records with the same keys (20..29) and other values (v, w). The second record's copy of the

@@ -252,18 +252,18 @@ class PromptLookup:
         if s is None or self._run < min_run or k <= 0:
             return None
         tokens, origins = self._stream(context, s, self._j, min(k, self.params.tokens_per_match * self._run))
-        n = self._slot_cut(origins)
-        if cut_at_edits and self._edited:
-            edited = self._edited
-            n = next((i for i, o in enumerate(origins[:n]) if o is not None and context[o] in edited), n)
+        n = self._cut(context, origins, cut_at_edits)
         return Proposal(tokens[:n], s, self._run, None) if n > 0 else None
 
-    def _slot_cut(self, origins: list[int | None]) -> int:
-        """How many of a copy's tokens come before the first one taken from a slot (all of them: none is)."""
+    def _cut(self, context: Sequence[int], origins: list[int | None], at_edits: bool = False) -> int:
+        """How many of a copy's tokens come before the first one taken from a slot or, with at_edits, from a
+        source token this reply's copies broke off at before (all of them: none is)."""
         slots = self._slots
-        if slots:
-            return next((i for i, o in enumerate(origins) if o is not None and o in slots), len(origins))
-        return len(origins)
+        edited = self._edited if at_edits else ()
+        if not slots and not edited:
+            return len(origins)
+        return next((i for i, o in enumerate(origins) if o is not None and (o in slots or context[o] in edited)),
+                    len(origins))
 
     def _sub_at(self, context: Sequence[int], s: int, end: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """The learned substitution whose source tokens start at s (and end before `end`), if any."""
@@ -403,7 +403,7 @@ class PromptLookup:
         if key is not None:
             n = min(n, self._caps.get(key, n))
         tokens, origins = self._stream(context, source, self._j, n)
-        n = self._slot_cut(origins)
+        n = self._cut(context, origins)
         if n == 0:
             return None  # the copy starts at a slot; it goes on running, so its next tokens may still draft
         return Proposal(tokens[:n], source, match, key, local)
