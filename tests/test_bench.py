@@ -193,14 +193,17 @@ class _FakeSession:
 
 
 class _FakeNative(NativePlan):
-    def __init__(self, calls: list[tuple[str, bool]]) -> None:
-        super().__init__(settings=None, modes=["plain", "ngram-simple"], workdir=Path("."))  # type: ignore[arg-type]
+    def __init__(self, calls: list[tuple[str, bool]], modes: tuple[str, ...] = ("plain", "ngram-simple"),
+                 speeds: dict[str, list[float]] | None = None) -> None:
+        super().__init__(settings=None, modes=list(modes), workdir=Path("."))  # type: ignore[arg-type]
         self.calls = calls
+        self.speeds = speeds or {}  # per mode, the rate of each successive run
 
     def run(self, mode: str, session: Any, messages: Any, tokens: list[int], n_predict: int,
             name: str) -> nb.NativeResult:
         self.calls.append((nb.PREFIX + mode, False))
-        tps = 10.0 if mode == "plain" else 15.0
+        queue = self.speeds.get(mode)
+        tps = queue.pop(0) if queue else 10.0 if mode == "plain" else 15.0
         return nb.NativeResult(mode, ("tool",), 4, tps, 100.0, 5.0, 6 if mode != "plain" else 0,
                                3 if mode != "plain" else 0, "abc")
 
@@ -251,6 +254,33 @@ def test_bench_rotates_modes_and_times_without_margins(monkeypatch):
     text = bench_mod.format_report(runs, report)
     assert "vs cpp" in text and "WARNING: the builds differ" in text and "CPU repacking off" in text
     assert "llama.cpp:ngram-simple" in text and "3.00x" in text
+    assert "Noise floor" not in text  # no A/A control was run
+
+
+def test_bench_reports_the_noise_floor_of_llama_cpp_against_itself(monkeypatch):
+    """plain-again: llama-completion once more in every round; its per-prompt medians against plain bound the noise."""
+    monkeypatch.setattr(bench_mod, "run_recorded", lambda session, prompt, params: bench_mod.Recorded(
+        _finish(params.mode, 20.0, margins=(1.0, 1.0, 1.0) if params.track_margins else ()), ()))
+    monkeypatch.setattr(bench_mod, "run_once", lambda session, prompt, params: _finish(
+        params.mode, 20.0, margins=(1.0, 1.0, 1.0) if params.track_margins else ()))
+    # Three rounds per prompt: p1's control runs at 0.9, 1.0, 1.1 of plain (median 1.0), p2's at 0.9 throughout.
+    speeds = {"plain": [10.0] * 6, "plain-again": [9.0, 10.0, 11.0, 9.0, 9.0, 9.0]}
+    native = _FakeNative([], ("plain", "plain-again"), speeds)
+    items = [BenchPrompt("p1", "x", "code"), BenchPrompt("p2", "y", "code")]
+    runs = list(bench_mod.bench(_FakeSession(), items, GenParams("none", 16), [], repeat=3,  # type: ignore[arg-type]
+                                native=native))
+    control = {r.prompt_id: r for r in runs if r.mode == "llama.cpp:plain-again"}
+    assert control["p1"].speedup_vs_llama_cpp == pytest.approx(1.0)
+    assert control["p2"].speedup_vs_llama_cpp == pytest.approx(0.9)
+    summary = bench_mod.summarise(runs)
+    assert summary["llama.cpp:plain-again"]["min_speedup_vs_llama_cpp"] == pytest.approx(0.9)
+    assert summary["llama.cpp:plain-again"]["max_speedup_vs_llama_cpp"] == pytest.approx(1.0)
+    report = {"settings": {"n_ctx": 512, "flash_attn": True, "repack": True, "repeat": 3, "warmup": False},
+              "native": {"n_threads": 2, "same_build_features": True, "system_info": "CPU",
+                         "specchat_system_info": "CPU"},
+              "summary": summary}
+    assert "Noise floor: llama.cpp plain, run again in every round, scored 0.90-1.00x of itself" in (
+        bench_mod.format_report(runs, report))
 
 
 # --- llama.cpp's tools: commands and parsers ----------------------------------------------------------------
@@ -274,6 +304,8 @@ def test_commands_share_specchat_settings():
     assert plain[plain.index("-t") + 1] == "2" and plain[plain.index("-fa") + 1] == "on"
     assert plain[plain.index("--temp") + 1] == "0.0" and plain[plain.index("-f") + 1] == "p.txt"
     assert "--seed" not in plain
+    # The A/A control is the very same command: its ratio to plain measures nothing but the machine's noise.
+    assert nb.command("plain-again", _settings(), Path("p.txt"), 128) == plain
     draft = nb.command("draft-simple", _settings(repack=True, seed=7), Path("p.txt"), 64)
     assert draft[0] == "/opt/llama/llama-speculative-simple"
     assert draft[draft.index("--spec-type") + 1] == "draft-simple" and draft[draft.index("-md") + 1] == "d.gguf"
@@ -295,7 +327,7 @@ def test_parse_completion_output():
     assert nb.parse_completion_timings(COMPLETION_STDERR) == (7, 268.84, 464.56, 4.94)
     without_prefix = "\n".join(line[15:] if line[:1].isdigit() else line for line in COMPLETION_STDERR.splitlines())
     assert nb.parse_prompt_tokens(without_prefix) == [1, 9690, 198, 2683, 2, 198]
-    result = nb._plain_result(["llama-completion"], "Repeat exactly: alpha beta\n\n", COMPLETION_STDERR)
+    result = nb._plain_result("plain", ["llama-completion"], "Repeat exactly: alpha beta\n\n", COMPLETION_STDERR)
     # Sampling counts, as it does in SpecChat's rate; llama_decode alone is kept beside it.
     assert result.tokens_per_second == pytest.approx(7 / (0.26884 + 0.00494))
     assert result.eval_tokens_per_second == pytest.approx(7 / 0.26884)
@@ -403,20 +435,23 @@ def test_bench_cli_native_without_tools_fails_before_loading(smol_path, tmp_path
                            "docs/BENCHMARKS.md, \"Comparing with llama.cpp itself\")")
 def test_bench_cli_native_smoke(smol_path, tmp_path):
     result = specchat("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none",
-                      "--native", NATIVE_BIN, "--native-modes", "plain,ngram-simple", "--repeat", 1, "--no-warmup",
-                      "-c", 512, home=tmp_path, timeout=900)
+                      "--native", NATIVE_BIN, "--native-modes", "plain,plain-again,ngram-simple", "--repeat", 1,
+                      "--no-warmup", "-c", 512, home=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     modes = [(r["prompt_id"], r["mode"]) for r in data["runs"]]
-    assert modes == [(p, m) for p in ("echo", "turns") for m in ("none", "llama.cpp:plain", "llama.cpp:ngram-simple")]
+    assert modes == [(p, m) for p in ("echo", "turns")
+                     for m in ("none", "llama.cpp:plain", "llama.cpp:plain-again", "llama.cpp:ngram-simple")]
     for run in data["runs"]:
         assert run["tokens_per_second"] > 0 and run["speedup_vs_llama_cpp"] > 0
         if run["engine"] == "llama.cpp":
             assert run["command"][0].endswith(("llama-completion", "llama-speculative-simple"))
             assert "-no-cnv" in run["command"] or "--spec-type" in run["command"]
-    plain = [r for r in data["runs"] if r["mode"] == "llama.cpp:plain"]
+    plain = [r for r in data["runs"] if r["mode"] in ("llama.cpp:plain", "llama.cpp:plain-again")]
     assert all(r["identical"] for r in plain), plain  # greedy, same prompt tokens (the bench checks them)
-    assert data["native"]["prompt_tokens_checked"] and data["native"]["modes"] == ["plain", "ngram-simple"]
+    assert all(r["command"][0].endswith("llama-completion") for r in plain)
+    assert data["native"]["prompt_tokens_checked"]
+    assert data["native"]["modes"] == ["plain", "plain-again", "ngram-simple"]
     assert data["settings"]["processes"] == "fresh"  # with --native, "auto" runs SpecChat as llama.cpp runs
     assert data["native"]["system_info"].startswith("CPU") and isinstance(data["native"]["same_build_features"], bool)
     assert data["summary"]["llama.cpp:plain"]["median_speedup_vs_llama_cpp"] == pytest.approx(1.0)

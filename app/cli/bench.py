@@ -407,6 +407,9 @@ def summarise(runs: list[BenchRun]) -> dict[str, Any]:
             "prompts": len(mine),
             "median_engine_overhead": statistics.median(overheads) if overheads else None,
             "median_speedup_vs_llama_cpp": statistics.median(vs_cpp) if vs_cpp else None,
+            # The per-prompt spread: for llama.cpp:plain-again (the A/A control) it is the machine's noise floor.
+            "min_speedup_vs_llama_cpp": min(vs_cpp) if vs_cpp else None,
+            "max_speedup_vs_llama_cpp": max(vs_cpp) if vs_cpp else None,
             "drafted": drafted,
             "accepted": sum(r.accepted for r in mine),
             "acceptance_rate": sum(r.accepted for r in mine) / drafted if drafted else 0.0,
@@ -597,6 +600,11 @@ def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
                      + (f", vs llama.cpp plain {_ratio(m['median_speedup_vs_llama_cpp'])}" if has_cpp else "")
                      + f", identical {m['identical']}/{m['prompts']}"
                      + (f", engine overhead {overhead:.2%}" if overhead is not None else ""))
+    control = report["summary"].get(PREFIX + "plain-again")
+    if control and control["min_speedup_vs_llama_cpp"] is not None:
+        low, high = control["min_speedup_vs_llama_cpp"], control["max_speedup_vs_llama_cpp"]
+        lines.append(f"Noise floor: llama.cpp plain, run again in every round, scored {low:.2f}-{high:.2f}x of itself "
+                     "per prompt; a vs cpp ratio inside that band is this machine's noise, not a speed difference.")
     bounds = report.get("copy_bound")
     if bounds:
         lines.append("")

@@ -1,5 +1,8 @@
 """llama.cpp's own executables as bench modes: `llama-completion` (plain) and `llama-speculative-simple`.
 
+`plain-again` runs llama-completion a second time in each round, exactly as `plain`: its ratio to `plain` is
+the machine's noise floor (an A/A control), so a reader can tell which differences in the table are real.
+
 They run on the exact prompt text SpecChat renders, from a file. `-f` drops one trailing newline, so the
 file gets one extra; `--no-escape` keeps backslashes in code literal; `-no-cnv` stops llama-completion
 from applying the chat template a second time. llama-completion's `--verbose-prompt` token list is checked
@@ -29,7 +32,8 @@ from pathlib import Path
 
 from app.cli.options import UserError
 
-NATIVE_MODES = ("plain", "draft-simple", "ngram-simple", "ngram-map-k")
+NATIVE_MODES = ("plain", "plain-again", "draft-simple", "ngram-simple", "ngram-map-k")
+PLAIN_MODES = ("plain", "plain-again")  # llama-completion; the second is the A/A control
 COMPLETION = "llama-completion"
 SPECULATIVE = "llama-speculative-simple"
 PREFIX = "llama.cpp:"  # bench mode names: "llama.cpp:plain", "llama.cpp:draft-simple", ...
@@ -131,9 +135,10 @@ def _layers(n: int) -> str:
 def command(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, n_prompt: int = 0) -> list[str]:
     if mode not in NATIVE_MODES:
         raise NativeError(f"Unknown llama.cpp mode {mode!r}: use one of {', '.join(NATIVE_MODES)}")
-    tool = COMPLETION if mode == "plain" else SPECULATIVE
+    plain = mode in PLAIN_MODES
+    tool = COMPLETION if plain else SPECULATIVE
     # speculative-simple refuses a prompt longer than one logical batch; -ub keeps the compute chunks equal.
-    n_batch = s.n_batch if mode == "plain" else max(s.n_batch, n_prompt)
+    n_batch = s.n_batch if plain else max(s.n_batch, n_prompt)
     cmd = [str(Path(s.bin_dir) / tool), "-m", str(s.target), "-f", str(prompt_file), "--no-escape",
            "-n", str(n_predict), "-c", str(s.n_ctx), "-b", str(n_batch), "-ub", str(s.n_batch),
            "-t", str(s.n_threads), "-fa", "on" if s.flash_attn else "off", "--repack" if s.repack else "--no-repack",
@@ -143,7 +148,7 @@ def command(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, n_p
            "--frequency-penalty", repr(s.frequency_penalty), "--presence-penalty", repr(s.presence_penalty)]
     if s.seed is not None and s.seed >= 0:
         cmd += ["--seed", str(s.seed)]
-    if mode == "plain":
+    if plain:
         cmd += ["-no-cnv", "--no-display-prompt", "--verbose-prompt"]
     else:
         cmd += ["--spec-type", mode]
@@ -170,8 +175,8 @@ def run(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, prompt_
     if proc.returncode != 0:
         raise NativeError(f"{tool} ({mode}) exited with status {proc.returncode}{_tail(stderr)}")
     try:
-        if mode == "plain":
-            return _plain_result(cmd, stdout, stderr)
+        if mode in PLAIN_MODES:
+            return _plain_result(mode, cmd, stdout, stderr)
         return _spec_result(mode, cmd, stdout, stderr, prompt_text)
     except ValueError as exc:
         raise NativeError(f"{tool} ({mode}): {exc}{_tail(stderr)}") from exc
@@ -243,13 +248,13 @@ def speculative_text(stdout: str, prompt_text: str) -> str | None:
     return stdout[len(head):].removesuffix("\n\n\n\n")
 
 
-def _plain_result(cmd: list[str], stdout: str, stderr: str) -> NativeResult:
+def _plain_result(mode: str, cmd: list[str], stdout: str, stderr: str) -> NativeResult:
     runs, eval_ms, prompt_ms, sampling_ms = parse_completion_timings(stderr)
     # N sampled tokens take N - 1 one-token decodes (the first comes from the prompt's logits), as in SpecChat,
     # whose rate counts the tokens its decode steps produced over its decode wall time, sampling included.
     decode_ms = eval_ms + sampling_ms
     tps = runs / (decode_ms / 1000.0) if decode_ms > 0 else 0.0
-    return NativeResult("plain", tuple(cmd), runs + 1, tps, decode_ms, prompt_ms, text=completion_text(stdout),
+    return NativeResult(mode, tuple(cmd), runs + 1, tps, decode_ms, prompt_ms, text=completion_text(stdout),
                         prompt_tokens=tuple(parse_prompt_tokens(stderr)), system_info=parse_system_info(stderr),
                         eval_tokens_per_second=runs / (eval_ms / 1000.0) if eval_ms > 0 else 0.0)
 
