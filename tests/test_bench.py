@@ -204,8 +204,8 @@ class _FakeNative(NativePlan):
         self.calls.append((nb.PREFIX + mode, False))
         queue = self.speeds.get(mode)
         tps = queue.pop(0) if queue else 10.0 if mode == "plain" else 15.0
-        return nb.NativeResult(mode, ("tool",), 4, tps, 100.0, 5.0, 6 if mode != "plain" else 0,
-                               3 if mode != "plain" else 0, "abc")
+        drafts = mode not in nb.PLAIN_MODES
+        return nb.NativeResult(mode, ("tool",), 4, tps, 100.0, 5.0, 6 if drafts else 0, 3 if drafts else 0, "abc")
 
 
 def test_bench_rotates_modes_and_times_without_margins(monkeypatch):
@@ -272,6 +272,7 @@ def test_bench_reports_the_noise_floor_of_llama_cpp_against_itself(monkeypatch):
     control = {r.prompt_id: r for r in runs if r.mode == "llama.cpp:plain-again"}
     assert control["p1"].speedup_vs_llama_cpp == pytest.approx(1.0)
     assert control["p2"].speedup_vs_llama_cpp == pytest.approx(0.9)
+    assert control["p1"].drafted == 0 and control["p1"].identical
     summary = bench_mod.summarise(runs)
     assert summary["llama.cpp:plain-again"]["min_speedup_vs_llama_cpp"] == pytest.approx(0.9)
     assert summary["llama.cpp:plain-again"]["max_speedup_vs_llama_cpp"] == pytest.approx(1.0)
