@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -280,8 +282,26 @@ def test_bench_reports_the_noise_floor_of_llama_cpp_against_itself(monkeypatch):
               "native": {"n_threads": 2, "same_build_features": True, "system_info": "CPU",
                          "specchat_system_info": "CPU"},
               "summary": summary}
-    assert "Noise floor: llama.cpp plain, run again in every round, scored 0.90-1.00x of itself" in (
-        bench_mod.format_report(runs, report))
+    text = bench_mod.format_report(runs, report)
+    assert "Noise floor: llama.cpp plain, run again in every round, scored 0.90-1.00x of itself" in text
+    # p2's three rounds agree exactly, so its interval is a point; p1's spread over 0.9-1.1 leaves it wide open.
+    assert control["p2"].vs_llama_cpp_interval == pytest.approx([0.9, 0.9, 0.9])
+    low, mean, high = control["p1"].vs_llama_cpp_interval
+    assert low < 0.85 and high > 1.15 and mean == pytest.approx((0.9 * 1.0 * 1.1) ** (1 / 3))
+    assert "95% = the interval" in text and "0.90-0.90" in text
+
+
+def test_ratio_interval_is_a_t_interval_on_the_log_ratios():
+    ratios = [0.9, 1.0, 1.1, 0.95]
+    logs = [math.log(r) for r in ratios]
+    half = 3.182 * statistics.stdev(logs) / 2  # t(3), n = 4
+    low, mean, high = bench_mod.ratio_interval(ratios)
+    assert mean == pytest.approx(math.exp(statistics.fmean(logs)))
+    assert (low, high) == (pytest.approx(mean * math.exp(-half)), pytest.approx(mean * math.exp(half)))
+    assert bench_mod.ratio_interval([1.2]) is None  # one round: no spread to judge the noise by
+    many = bench_mod.ratio_interval([1.0, 1.02] * 20)  # 40 rounds: the normal quantile
+    assert many[2] / many[1] == pytest.approx(math.exp(1.96 * statistics.stdev([0.0, math.log(1.02)] * 20)
+                                                       / math.sqrt(40)))
 
 
 # --- llama.cpp's tools: commands and parsers ----------------------------------------------------------------

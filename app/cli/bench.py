@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import json
+import math
 import platform
 import statistics
 import sys
@@ -98,6 +99,9 @@ class BenchRun:
     command: list[str] | None = None  # llama.cpp rows: the last round's exact command line
     # llama.cpp plain rows: the per-round rates of llama_decode alone (its own "eval" report, sampling left out)
     eval_rounds_tps: list[float] | None = None
+    # The geometric mean of the per-round ratios to llama.cpp plain with its 95% interval, [low, mean, high]
+    # (t on the log ratios): how far the rounds' noise leaves the ratio open. None with fewer than 2 rounds.
+    vs_llama_cpp_interval: list[float] | None = None
 
 
 def _row_error(source: str, number: int, what: str) -> ValueError:
@@ -245,6 +249,23 @@ def _ratios(runs: list[Result], base: list[Result]) -> list[float]:
     return [_tps(r) / _tps(b) for r, b in zip(runs, base, strict=True) if _tps(b) > 0]
 
 
+# Two-sided 95% quantiles of Student's t by degrees of freedom (1-30); beyond, the normal's 1.96 is within 2%.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def ratio_interval(ratios: Sequence[float]) -> list[float] | None:
+    """[low, geometric mean, high] of per-round ratios, a 95% t interval on their logs; None below 2 rounds.
+    Rounds vary by a common factor (the machine's speed at the time), so the log is where they add up."""
+    logs = [math.log(r) for r in ratios if r > 0]
+    if len(logs) < 2:
+        return None
+    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+    df = len(logs) - 1
+    half = (_T95[df - 1] if df <= len(_T95) else 1.96) * sd / math.sqrt(len(logs))
+    return [math.exp(mean - half), math.exp(mean), math.exp(mean + half)]
+
+
 def _governor_events(run: FinishEvent) -> list[dict[str, Any]]:
     return [{"step": g.step, "action": g.action, "k_before": g.k_before, "k_after": g.k_after, "reason": g.reason,
              "scope": g.scope}
@@ -312,7 +333,8 @@ def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, m
             common = {"prompt_id": item.id, "mode": mode, "kind": item.kind, "n_predict": n,
                       "prompt_tokens": len(tokens), "tokens_per_second": statistics.median(_tps(r) for r in runs),
                       "speedup": statistics.median(_ratios(runs, results["none"]) or [0.0]),
-                      "speedup_vs_llama_cpp": vs_cpp, "rounds_tps": [_tps(r) for r in runs]}
+                      "speedup_vs_llama_cpp": vs_cpp, "rounds_tps": [_tps(r) for r in runs],
+                      "vs_llama_cpp_interval": ratio_interval(_ratios(runs, cpp_plain)) if cpp_plain else None}
             if mode in native_names:
                 yield _native_run(common, [r for r in runs if isinstance(r, NativeResult)], reference, greedy)
             else:
@@ -584,13 +606,18 @@ def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
     lines += [f"Medians over {s['repeat']} rounds (rotated order{', after a warm-up' if s['warmup'] else ''}); "
               "vs none = ratio to SpecChat's none in the same round.", ""]
     has_cpp = "native" in report
+    if has_cpp and s["repeat"] > 1:
+        lines.insert(-1, "95% = the interval of the geometric mean of the per-round ratios to llama.cpp plain (t on "
+                         "their logs): a ratio whose interval holds 1.00 is not told apart from llama.cpp's speed.")
     lines.append(f"{'prompt':<18} {'mode':<22} {'tokens':>6} {'tok/s':>7} {'vs none':>8} "
-                 + (f"{'vs cpp':>7} " if has_cpp else "") + f"{'accept':>7} {'acc/draft':>9} identical")
+                 + (f"{'vs cpp':>7} {'95%':>9} " if has_cpp else "") + f"{'accept':>7} {'acc/draft':>9} identical")
     for r in runs:
         counts = f"{r.accepted}/{r.drafted}" if r.drafted else ""
         accept = f"{r.acceptance_rate:.1%}" if r.drafted else ""
+        band = r.vs_llama_cpp_interval
+        interval = f"{band[0]:.2f}-{band[2]:.2f}" if band else "-"
         lines.append(f"{r.prompt_id:<18} {r.mode:<22} {r.tokens:>6} {r.tokens_per_second:>7.2f} {r.speedup:>7.2f}x "
-                     + (f"{_ratio(r.speedup_vs_llama_cpp):>7} " if has_cpp else "")
+                     + (f"{_ratio(r.speedup_vs_llama_cpp):>7} {interval:>9} " if has_cpp else "")
                      + f"{accept:>7} {counts:>9} {_same_column(r)}")
     lines.append("")
     for mode, m in report["summary"].items():
