@@ -329,12 +329,13 @@ def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, m
         cpp_plain = results.get(PREFIX + "plain")
         for mode in all_modes:
             runs = results[mode]
-            vs_cpp = statistics.median(_ratios(runs, cpp_plain) or [0.0]) if cpp_plain else None
+            vs_cpp = _ratios(runs, cpp_plain) if cpp_plain else None
             common = {"prompt_id": item.id, "mode": mode, "kind": item.kind, "n_predict": n,
                       "prompt_tokens": len(tokens), "tokens_per_second": statistics.median(_tps(r) for r in runs),
                       "speedup": statistics.median(_ratios(runs, results["none"]) or [0.0]),
-                      "speedup_vs_llama_cpp": vs_cpp, "rounds_tps": [_tps(r) for r in runs],
-                      "vs_llama_cpp_interval": ratio_interval(_ratios(runs, cpp_plain)) if cpp_plain else None}
+                      "speedup_vs_llama_cpp": statistics.median(vs_cpp or [0.0]) if vs_cpp is not None else None,
+                      "rounds_tps": [_tps(r) for r in runs],
+                      "vs_llama_cpp_interval": ratio_interval(vs_cpp) if vs_cpp is not None else None}
             if mode in native_names:
                 yield _native_run(common, [r for r in runs if isinstance(r, NativeResult)], reference, greedy)
             else:
@@ -603,12 +604,13 @@ def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
         if not report["native"]["same_build_features"]:
             lines.append(f"WARNING: the builds differ: llama.cpp {report['native']['system_info']!r}, "
                          f"llama-cpp-python {report['native']['specchat_system_info']!r}.")
-    lines += [f"Medians over {s['repeat']} rounds (rotated order{', after a warm-up' if s['warmup'] else ''}); "
-              "vs none = ratio to SpecChat's none in the same round.", ""]
+    lines.append(f"Medians over {s['repeat']} rounds (rotated order{', after a warm-up' if s['warmup'] else ''}); "
+                 "vs none = ratio to SpecChat's none in the same round.")
     has_cpp = "native" in report
     if has_cpp and s["repeat"] > 1:
-        lines.insert(-1, "95% = the interval of the geometric mean of the per-round ratios to llama.cpp plain (t on "
-                         "their logs): a ratio whose interval holds 1.00 is not told apart from llama.cpp's speed.")
+        lines.append("95% = the interval of the geometric mean of the per-round ratios to llama.cpp plain (t on "
+                     "their logs): a ratio whose interval holds 1.00 is not told apart from llama.cpp's speed.")
+    lines.append("")
     lines.append(f"{'prompt':<18} {'mode':<22} {'tokens':>6} {'tok/s':>7} {'vs none':>8} "
                  + (f"{'vs cpp':>7} {'95%':>9} " if has_cpp else "") + f"{'accept':>7} {'acc/draft':>9} identical")
     for r in runs:
