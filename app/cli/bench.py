@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import json
-import math
 import platform
 import statistics
 import sys
@@ -32,6 +31,7 @@ from app.cli import copy_bound, native_bench, policy_replay, rounding_check
 from app.cli.bench_child import Recorded, Request, run_in_child, run_once, run_recorded
 from app.cli.native_bench import NATIVE_MODES, PREFIX, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
+from app.cli.ratio_stats import ratio_interval
 from app.cli.rounding_check import Batch
 from app.engine.drafters import NEEDS_DRAFT
 from app.engine.events import Divergence, FinishEvent
@@ -247,23 +247,6 @@ def _tps(r: Result) -> float:
 
 def _ratios(runs: list[Result], base: list[Result]) -> list[float]:
     return [_tps(r) / _tps(b) for r, b in zip(runs, base, strict=True) if _tps(b) > 0]
-
-
-# Two-sided 95% quantiles of Student's t by degrees of freedom (1-30); beyond, the normal's 1.96 is within 2%.
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def ratio_interval(ratios: Sequence[float]) -> list[float] | None:
-    """[low, geometric mean, high] of per-round ratios, a 95% t interval on their logs; None below 2 rounds.
-    Rounds vary by a common factor (the machine's speed at the time), so the log is where they add up."""
-    logs = [math.log(r) for r in ratios if r > 0]
-    if len(logs) < 2:
-        return None
-    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
-    df = len(logs) - 1
-    half = (_T95[df - 1] if df <= len(_T95) else 1.96) * sd / math.sqrt(len(logs))
-    return [math.exp(mean - half), math.exp(mean), math.exp(mean + half)]
 
 
 def _governor_events(run: FinishEvent) -> list[dict[str, Any]]:

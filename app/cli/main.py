@@ -38,6 +38,7 @@ def _cmd_bench_run(args: argparse.Namespace) -> int:
 
 
 def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentParser:
+    from app.cli import bench_pool as cli_bench_pool
     from app.cli import chats as cli_chats
     from app.cli import hub as cli_hub
     from app.cli import models as cli_models
@@ -104,6 +105,7 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
 
     cli_models.register(sub, models_hooks=(cli_hub.register_models_hooks,))
     cli_chats.register(sub)
+    cli_bench_pool.register(sub)
     cli_rpc_server.register(sub)
     cli_rpc_proxy.register(sub)
     try:
