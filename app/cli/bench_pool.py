@@ -131,9 +131,8 @@ def format_pool(rows: list[dict[str, Any]], base: str, paths: list[Path]) -> str
              "mean with its 95% interval (t on the log ratios) over all pooled rounds.", "",
              f"{'prompt':18s} {'mode':22s} {'rounds':>6s} {'median':>7s} {'geo mean':>9s} {'95%':>12s} {'sd':>6s}"]
     for row in rows:
-        low, mean, high = row["interval"] or (None, None, None)
-        geo = f"{mean:.3f}x" if mean is not None else "-"
-        ci = f"{low:.3f}-{high:.3f}" if low is not None and high is not None else "-"
+        band = row["interval"]  # None for a single round
+        geo, ci = (f"{band[1]:.3f}x", f"{band[0]:.3f}-{band[2]:.3f}") if band else ("-", "-")
         sd = f"{row['sd_log_ratio']:.3f}" if row["sd_log_ratio"] is not None else "-"
         lines.append(f"{row['prompt_id']:18s} {row['mode']:22s} {row['rounds']:6d} {row['median']:6.3f}x {geo:>9s} "
                      f"{ci:>12s} {sd:>6s}")

@@ -14,7 +14,7 @@ _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 def ratio_interval(ratios: Sequence[float]) -> list[float] | None:
     """[low, geometric mean, high] of per-round ratios, a 95% t interval on their logs; None below 2 rounds.
     Rounds vary by a common factor (the machine's speed at the time), so the log is where they add up."""
-    logs = [math.log(r) for r in ratios if r > 0]
+    logs = _logs(ratios)
     if len(logs) < 2:
         return None
     mean, sd = statistics.fmean(logs), statistics.stdev(logs)
@@ -25,5 +25,9 @@ def ratio_interval(ratios: Sequence[float]) -> list[float] | None:
 
 def log_sd(ratios: Sequence[float]) -> float | None:
     """The standard deviation of one round's log ratio (the machine's noise per round); None below 2 rounds."""
-    logs = [math.log(r) for r in ratios if r > 0]
+    logs = _logs(ratios)
     return statistics.stdev(logs) if len(logs) >= 2 else None
+
+
+def _logs(ratios: Sequence[float]) -> list[float]:
+    return [math.log(r) for r in ratios if r > 0]
