@@ -22,12 +22,13 @@ DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 SMOL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def models_folder() -> Path:
-    return Path(os.environ.get("SPECCHAT_TEST_MODELS") or paths.models_dir())
+# Taken once, at start-up: GUI tests point SPECCHAT_HOME at a temporary home while they run, and a
+# session fixture first requested inside one must still find the real models.
+MODELS_FOLDER = Path(os.environ.get("SPECCHAT_TEST_MODELS") or paths.models_dir())
 
 
 def _model(name: str) -> Path:
-    folder = models_folder()
+    folder = MODELS_FOLDER
     path = folder / name
     if not path.is_file():
         message = f"{name} not found in {folder}; run `specchat models fetch-demo --with-smollm2` " \

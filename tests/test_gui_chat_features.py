@@ -159,6 +159,22 @@ def test_one_instance_per_profile(qapp: Any, tmp_path: Path) -> None:
         again.unlock()
 
 
+def test_short_chat_is_on_screen_when_set_messages_returns(qapp: Any, qtbot: Any, monkeypatch: Any) -> None:
+    """However long a slice takes (a loaded machine: here every slice is over at once), a short chat is
+    complete when set_messages returns, so nothing reads a half-built transcript."""
+    from ui.chat import transcript_view
+    from ui.chat.transcript_view import TranscriptView
+
+    monkeypatch.setattr(transcript_view, "REBUILD_SLICE_S", 0.0)
+    view = TranscriptView(actions=True)
+    qtbot.addWidget(view)
+    view.show()
+    view.set_messages([Message("user", "first question"), Message("assistant", "first answer"),
+                       Message("user", "second question"), Message("assistant", "second answer")])
+    assert not view.render_pending()
+    assert "first question" in view.toPlainText() and "second answer" in view.toPlainText()
+
+
 def test_long_chat_opens_on_its_newest_messages_without_blocking(qapp: Any, qtbot: Any) -> None:
     """A 200-message chat is built a slice at a time in a detached document: the call returns at
     once, the newest 40 messages arrive together, and "Show earlier messages" brings the rest."""

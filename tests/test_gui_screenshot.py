@@ -53,7 +53,10 @@ def test_screenshot_shows_the_accepted_tint(window: Any, qtbot: Any, tmp_path: P
     with qtbot.waitSignal(window.generationFinished, timeout=240_000) as blocker:
         assert window.submit("Name three colours of the rainbow, comma separated.")
     assert blocker.args == [True], window.errors.text()
-    qtbot.wait(50)  # let the Markdown render paint
+    # The reply's last span is rendered a slice per event-loop turn; under load that takes longer
+    # than any fixed wait, and token positions are only final once it is in.
+    qtbot.waitUntil(lambda: not window.transcript.render_pending(), timeout=30_000)
+    qtbot.wait(50)  # and let it paint
 
     picture = window.grab()
     path = tmp_path / "window.png"
@@ -69,7 +72,9 @@ def test_screenshot_shows_the_accepted_tint(window: Any, qtbot: Any, tmp_path: P
     tokens = [e for e in window.controller.forwarded["chat"] if isinstance(e, TokenEvent)]
     accepted = [t for t in tokens if t.fate is TokenFate.ACCEPTED and len(t.text.strip()) >= 2
                 and window.transcript.token_position(msg, t.index) is not None]
-    assert accepted, "no visible accepted token in this reply"
+    assert accepted, ("no visible accepted token in this reply: "
+                      + repr([(t.index, t.fate.name, t.text,
+                               window.transcript.token_position(msg, t.index)) for t in tokens]))
     base = window.transcript.viewport().palette().base().color()
     expected = blend_over(tint(TokenFate.ACCEPTED), base)
     others = [blend_over(tint(f), base) for f in TokenFate if f is not TokenFate.ACCEPTED]

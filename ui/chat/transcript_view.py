@@ -36,6 +36,8 @@ from ui.chat.reply_stream import ReplyStream, Span
 
 RENDER_SLICE_S = 0.010  # Markdown rendering per event-loop turn: the GUI never stalls on a long reply
 REBUILD_SLICE_S = 0.030  # whole-chat rebuilds: a slice ends after the message that passes this
+SYNC_REBUILD_CHARS = 8000  # a chat this short is rebuilt at once: on a loaded machine a deadline alone left
+# even a two-message chat half-built for a tick (and tests that read it at once saw nothing)
 SHOWN_MESSAGES = 40  # messages a chat opens with; older ones come with "Show earlier messages"
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 EXTERNAL_SCHEMES = ("http", "https", "mailto")  # links the browser may open; nothing else navigates
@@ -209,10 +211,11 @@ class TranscriptView(QTextBrowser):
         positions: dict[int, dict[int, int]] = {}
         self._rebuild = _Rebuild(doc, positions, self._build(QTextCursor(doc), first, positions),
                                  self._at_bottom() if to_bottom is None else to_bottom)
-        self._on_render_timer_timeout()  # a short chat is done in this first slice
+        self._on_render_timer_timeout()  # most chats are done in this first slice
         if self._rebuild is not None:
-            if self._reply_msg >= 0:
-                self._complete_rebuild()  # tokens are streaming into it: no waiting
+            short = sum(len(m.content) for m in self._messages[first:]) + len(self._system) <= SYNC_REBUILD_CHARS
+            if self._reply_msg >= 0 or short:
+                self._complete_rebuild()  # short, or tokens are streaming into it: no waiting
             else:
                 self._render_timer.start()
 
