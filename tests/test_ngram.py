@@ -12,7 +12,7 @@ import pytest
 
 from app.engine.drafters import AUTO_COPY_MAX, SURE_COPY_MIN, Draft, Drafter, HybridDrafter, LookupDrafter, ModelDrafter
 from app.engine.events import FinishEvent, StepEvent
-from app.engine.ngram import NgramIndex, NgramParams, PromptLookup
+from app.engine.ngram import SURE_LOCAL_RUN, NgramIndex, NgramParams, PromptLookup
 from app.engine.sampling import Dist, SamplingParams
 from app.engine.session import GenParams
 from app.engine.speculative import SpecEngine, SpecParams
@@ -466,8 +466,9 @@ def test_a_sure_copy_stops_before_a_token_the_reply_edited_before() -> None:
 
 def test_a_copy_writes_a_rename_it_has_seen_wherever_the_source_has_the_old_name() -> None:
     # A rename: the reply copies the passage with its name (77, 78) replaced by 88, wherever it occurs. Where the
-    # copy resumes after the first one it learns the substitution, and copies the next one renamed, a sure
-    # copy too; where the reply then keeps the old name, the substitution is forgotten.
+    # copy resumes after the first one it learns the substitution, and copies the next one renamed; a sure copy
+    # stops before it until the reply has made it a second time (one edit may be a skipped passage, not a
+    # rename), then writes it too. Where the reply then keeps the old name, the substitution is forgotten.
     passage = [*range(100, 120), 77, 78, *range(120, 160), 77, 78, *range(160, 170), 77, 78, *range(170, 180)]
     prompt = [1, 2, *passage, 3, 4]
     reply: list[int] = []
@@ -475,10 +476,16 @@ def test_a_copy_writes_a_rename_it_has_seen_wherever_the_source_has_the_old_name
         reply += [88] if t == 77 else [] if t == 78 else [t]
     lookup, context = _copy_past_an_edit(passage, reply, prompt)
     done = len(context) - len(prompt)
-    cut = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
-    assert cut is not None and cut.tokens == tuple(reply[done : done + 31]) and 88 in cut.tokens
     second = reply.index(88, 21)
-    context = [*prompt, *reply[:second], 77]  # this time the reply keeps the old name
+    whole = lookup.running_copy(context, 31, min_run=16)
+    assert whole is not None and whole.tokens == tuple(reply[done : done + 31]) and 88 in whole.tokens
+    cut = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
+    assert cut is not None and cut.tokens == tuple(reply[done:second])
+    context = [*prompt, *reply[: second + 1]]  # the reply renames the second one too
+    done = len(context) - len(prompt)
+    cut = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
+    assert cut is not None and cut.tokens[: len(reply) - done] == tuple(reply[done:]) and 88 in cut.tokens
+    context = [*prompt, *reply[: reply.index(88, second + 1)], 77]  # the third time the reply keeps the old name
     assert lookup.propose(context, 4) is not None
     assert lookup._subs == {77: []}
 
@@ -616,3 +623,46 @@ def test_a_copy_of_a_record_stops_before_the_fields_the_reply_varies(slot_cuts: 
         assert (at_v.tokens, at_w.tokens) == ((21, 22, 23), (25, 26, 27))
     else:
         assert (at_v.tokens, at_w.tokens) == ((21, 22, 23, 31, 24, 25), (25, 26, 27, 41, 28, 29))
+
+
+def test_a_sure_copy_stops_where_another_spot_matching_the_context_parts_from_its_source() -> None:
+    # Two passages share a 6-token stretch and part 3 tokens after it. Copying the first, the reply reaches the
+    # shared stretch: which passage it goes on with past the parting is a guess, so a sure copy stops there,
+    # while the running copy itself (drafted short) goes on.
+    shared = [50, 51, 52, 53, 54, 55]
+    first = [*range(100, 120), *shared, 60, 61, 62, *range(130, 150)]
+    second = [*range(200, 206), *shared, 60, 61, 62, *range(230, 250)]
+    prompt = [1, 2, *first, 3, *second, 4]
+    lookup = PromptLookup()
+    lookup.prepare(prompt)
+    context = [*prompt, *first[:3]]
+    assert lookup.propose(context, 4) is not None  # the key match starts the copy of the first passage
+    context += first[3:26]  # through the shared stretch
+    whole = lookup.running_copy(context, 31, min_run=16)
+    assert whole is not None and whole.tokens[:8] == (60, 61, 62, 130, 131, 132, 133, 134)
+    sure = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
+    assert sure is not None and sure.tokens == (60, 61, 62)
+    context += [60, 61, 62, 130]  # the reply took the first passage: past the parting, nothing else matches
+    sure = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
+    assert sure is not None and sure.tokens[:3] == (131, 132, 133) and len(sure.tokens) >= 12
+
+
+def test_a_copy_that_resumed_after_an_edit_is_sure_after_eight_tokens() -> None:
+    # An insertion of 99 before 77: the copy breaks there and resumes at 77. A sure copy usually needs 16 agreeing
+    # tokens; one that resumed right at the edit has found its place again, and is sure after SURE_LOCAL_RUN.
+    passage = [*range(100, 120), 77, *range(120, 170)]
+    prompt = [1, 2, *passage, 3, 4]
+    reply = [u for t in passage for u in ((99, 77) if t == 77 else (t,))]
+    lookup = PromptLookup()
+    lookup.prepare(prompt)
+    context = [*prompt, *reply[:3]]
+    assert lookup.propose(context, 4) is not None
+    context += reply[3:22]  # ... 119, 99, 77: the copy broke at the inserted 99
+    resumed = lookup.propose(context, 6)
+    assert resumed is not None and resumed.local and resumed.tokens[0] == 120
+    context += reply[22 : 22 + SURE_LOCAL_RUN - 1]
+    assert lookup.running_copy(context, 31, min_run=16, cut_at_edits=True) is None  # 7 tokens copied: not yet
+    context.append(reply[22 + SURE_LOCAL_RUN - 1])
+    sure = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
+    assert sure is not None and sure.tokens[0] == reply[22 + SURE_LOCAL_RUN]
+    assert lookup.running_copy(context, 31, min_run=16) is None  # other copies still need 16

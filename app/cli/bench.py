@@ -27,7 +27,7 @@ from typing import Any
 
 from app import settings as settings_mod
 from app.atomic import atomic_write_text
-from app.cli import copy_bound, native_bench, policy_replay, rounding_check
+from app.cli import bench_replay, copy_bound, native_bench, policy_replay, rounding_check
 from app.cli.bench_child import Recorded, Request, run_in_child, run_once, run_recorded
 from app.cli.native_bench import NATIVE_MODES, PREFIX, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
@@ -484,7 +484,8 @@ def run_bench_cli(args: argparse.Namespace) -> int:
                     runs.append(run)
             if args.compare_llama_cpp_python:
                 reference = _reference_lookup(session, prompts, params, cfg)
-            bounds = _copy_bounds(session, prompts, runs, spec_used) if args.copy_bound else None
+            bounds = (_copy_bounds(session, prompts, runs, spec_used, args.replay_out, args.replay_name)
+                      if args.copy_bound or args.replay_out else None)
     report = {
         "machine": machine_description(),
         "models": {"target": str(target), "draft": str(draft) if draft else None},
@@ -525,14 +526,20 @@ def run_bench_cli(args: argparse.Namespace) -> int:
 
 
 def _copy_bounds(session: SpecSession, prompts: list[BenchPrompt], runs: list[BenchRun],
-                 spec: SpecParams) -> dict[str, Any]:
+                 spec: SpecParams, replay_out: Path | None = None, replay_name: str | None = None) -> dict[str, Any]:
     """Each prompt's clairvoyant copy bound (copy_bound.py) for its plain reply, with this machine's row costs,
     timed after the runs (untimed for them) over the longest prompt; and SpecChat's lookup replayed on the same
-    reply and costs (policy_replay.py), to tell the policy's share of the gap from the wall clock's noise."""
+    reply and costs (policy_replay.py), to tell the policy's share of the gap from the wall clock's noise.
+    replay_out: also write the replies and costs as a corpus for `specchat bench-replay`."""
     tokenized = {p.id: session.chat_prompt(p.chat()) for p in prompts}
     costs = copy_bound.measure_row_costs(session, max(tokenized.values(), key=len))
     plain = {r.prompt_id: r for r in runs if r.mode == "none" and r.engine == "specchat"}
     ids = [pid for pid in tokenized if pid in plain]
+    if replay_out is not None:
+        is_eog = session.target_ctx.model.is_eog
+        eog = {t for tokens in tokenized.values() for t in tokens if is_eog(t)}
+        bench_replay.write_corpus(replay_out, bench_replay.corpus(
+            tokenized, plain, costs, sorted(eog), spec, machine_description(), replay_name or replay_out.stem))
     return {"key": copy_bound.KEY, "row_costs": {str(r): round(c, 3) for r, c in costs.items()},
             "prompts": {pid: round(copy_bound.bound(tokenized[pid], plain[pid].token_ids, costs), 3) for pid in ids},
             "lookup_replay": {pid: round(policy_replay.replayed_speedup(

@@ -39,6 +39,7 @@ def _cmd_bench_run(args: argparse.Namespace) -> int:
 
 def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentParser:
     from app.cli import bench_pool as cli_bench_pool
+    from app.cli import bench_replay as cli_bench_replay
     from app.cli import chats as cli_chats
     from app.cli import hub as cli_hub
     from app.cli import models as cli_models
@@ -79,6 +80,11 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
                        "the same reply and costs")
     bench.add_argument("--compare-llama-cpp-python", action="store_true",
                        help="also time llama-cpp-python's own LlamaPromptLookupDecoding on each prompt")
+    bench.add_argument("--replay-out", metavar="FILE", type=Path, default=None,
+                       help="also write each prompt's tokens, its plain reply and the row costs (as --copy-bound "
+                       "times them) to FILE, a corpus for `specchat bench-replay`")
+    bench.add_argument("--replay-name", metavar="NAME", default=None,
+                       help="the corpus's name in bench-replay's tables (default: FILE's name without .json)")
     native = bench.add_argument_group("llama.cpp's own tools")
     native.add_argument("--native", type=Path, metavar="DIR", help="folder holding llama-completion and "
                         "llama-speculative-simple: run them on the same prompt tokens, in the same rounds")
@@ -106,6 +112,7 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
     cli_models.register(sub, models_hooks=(cli_hub.register_models_hooks,))
     cli_chats.register(sub)
     cli_bench_pool.register(sub)
+    cli_bench_replay.register(sub)
     cli_rpc_server.register(sub)
     cli_rpc_proxy.register(sub)
     try:

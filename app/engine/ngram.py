@@ -21,7 +21,7 @@ a key that drafted before, by what the target accepted then plus one (ngram-map'
 that a key which failed once recovers). The feedback needs no call from the engine: the tokens appended
 after a draft say how much of it was right.
 
-Four additions for copy-with-edits replies and lists of records, which llama.cpp's modes lack:
+Five additions for copy-with-edits replies and lists of records, which llama.cpp's modes lack:
 
 - a running copy: once a draft's source agrees with the reply, the next draft continues from the same
   source while the target keeps agreeing, so the match outgrows any key length;
@@ -32,7 +32,10 @@ Four additions for copy-with-edits replies and lists of records, which llama.cpp
   rename, a fixed typo), later copies write the same replacement wherever the source has those tokens, until
   the reply once does not;
 - slots: where a copy that was right breaks off, the reply varied a field (a record's id, name or price); a
-  later copy stops before that position, so a draft through the next record's copy of it is not wasted.
+  later copy stops before that position, so a draft through the next record's copy of it is not wasted;
+- sure-copy cuts: a copy the CPU verifies long stops before a substitution learned from one edit only (a
+  skipped passage looks like a rename) and where its source parts from another spot that matches the context
+  as well (two classes with the same fields): past either point, which continuation the reply takes is a guess.
 """
 
 from __future__ import annotations
@@ -163,6 +166,11 @@ class NgramIndex:
 # Renames need 2 source tokens (' OrderBook' is ' Order', 'Book'); 4 and 8 replayed the same as 2 and 4 (run 18).
 SUB_MAX_SOURCE = 4
 SUB_MAX_REPLY = 8
+# A sure copy (running_copy with cut_at_edits) needs a long agreeing run, except a copy that resumed right where
+# the last one broke off at an edit: it re-found its place, and after SURE_LOCAL_RUN tokens it is as sure as any.
+# Replayed on five CPU cost tables, 8 beat 4, 6, 10, 12 and no exception (docs/BENCHMARKS.md, run 24).
+SURE_LOCAL_RUN = 8
+AMBIGUITY_SPOTS = 16  # the latest other spots of the longest key a sure copy is compared with (bounds the cost)
 TRUST_RATE = 0.8  # PromptLookup.trusted: the share of recently drafted tokens that were right
 TRUST_DECAY = 0.8  # per scored draft: the last five or so count
 # A reply that reproduces earlier text (a refactor, an edit) starts doing so at once, with a code fence or the
@@ -195,6 +203,7 @@ class PromptLookup:
         # Substitutions this reply made where it resumed its copy (source tokens -> reply tokens), by first
         # source token: a rename writes every later occurrence of the old name the same way.
         self._subs: dict[int, list[tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+        self._confirmed: set[tuple[int, ...]] = set()  # source sides of substitutions a copy has made since
         # Source tokens at which this reply's copies broke off: where the reply edited its source once (a renamed
         # name, a changed separator), it will likely edit the same token again (see running_copy's cut). Only
         # copies that were right at first or resumed at an edit count (see _follow).
@@ -241,19 +250,67 @@ class PromptLookup:
     def running_copy(self, context: Sequence[int], k: int, min_run: int, cut_at_edits: bool = False) -> Proposal | None:
         """The running copy's next tokens, where it agrees with at least the last `min_run` context tokens.
 
-        cut_at_edits: stop before the next source token at which one of this reply's copies broke off before
-        (a rename edits every occurrence of the old name): the copy's tokens up to there are likely right, the
-        ones after it likely wrong. Like every copy, it also stops before a slot (see `_slots`).
+        cut_at_edits (a sure copy, verified long on the CPU, where a long verify that fails early costs up to 15
+        plain steps): stop before the next source token at which one of this reply's copies broke off before (a
+        rename edits every occurrence of the old name): the copy's tokens up to there are likely right, the ones
+        after it likely wrong; before a substitution the reply has not made twice yet; and where the source parts
+        from another spot the context's end matches as well. And after a copy resumed at an edit, SURE_LOCAL_RUN
+        agreeing tokens stand for `min_run`. Like every copy, it also stops before a slot (see `_slots`).
         Only looks: a following `propose` selects as it would have (a copy needs no commit, since `_follow`
         scores it from the context alone).
         """
         self._advance(context)
         s = self._src
+        if cut_at_edits and self._local and self._copied >= SURE_LOCAL_RUN:
+            min_run = min(min_run, SURE_LOCAL_RUN)
         if s is None or self._run < min_run or k <= 0:
             return None
         tokens, origins = self._stream(context, s, self._j, min(k, self.params.tokens_per_match * self._run))
         n = self._cut(context, origins, cut_at_edits)
+        if cut_at_edits and self._subs:
+            n = self._before_unconfirmed(context, s, origins, n)
+        if cut_at_edits and n > 0:
+            n = self._unambiguous(context, s, origins, n)
         return Proposal(tokens[:n], s, self._run, None) if n > 0 else None
+
+    def _before_unconfirmed(self, context: Sequence[int], s: int, origins: list[int | None], n: int) -> int:
+        """How many of a copy's n tokens come before a substitution the reply has not yet made a second time:
+        one break can look like a rename when the reply skipped or rewrote a passage (edit-rename-class's
+        reply drops a class, so `OrderLine` looked renamed to `Basket`)."""
+        src = s - 1
+        for i, o in enumerate(origins[:n]):
+            if o is not None:
+                src = o
+                continue
+            if i > 0 and origins[i - 1] is None:
+                continue  # inside the substitution already judged
+            sub = self._sub_at(context, src + 1, len(context))
+            if sub is not None and sub[0] not in self._confirmed:
+                return i
+        return n
+
+    def _unambiguous(self, context: Sequence[int], s: int, origins: list[int | None], n: int) -> int:
+        """How many of a copy's n tokens come before its source parts from another spot that the context's
+        last tokens (the longest key) also match: past there, which of the two the reply copies is a guess."""
+        i = len(self.index.sizes) - 1
+        keys = self.index.keys(len(context))
+        if len(keys) <= i:
+            return n
+        end = len(context)
+        last = next((o for o in reversed(origins[:n]) if o is not None), s)
+        reach = last - s + 1  # source tokens the copy spans
+        agree = reach
+        for p in self.index.positions(i, keys[i])[-AMBIGUITY_SPOTS:]:
+            if p == s or p >= end:
+                continue
+            d = 0
+            while d < agree and p + d < end and context[p + d] == context[s + d]:
+                d += 1
+            if p + d < end:
+                agree = d
+        if agree >= reach:
+            return n
+        return next((j for j, o in enumerate(origins[:n]) if o is not None and o >= s + agree), n)
 
     def _cut(self, context: Sequence[int], origins: list[int | None], at_edits: bool = False) -> int:
         """How many of a copy's tokens come before the first one taken from a slot or, with at_edits, from a
@@ -374,6 +431,8 @@ class PromptLookup:
             if sub is not None and j + 1 < len(sub[1]):
                 j += 1
             else:
+                if sub is not None:
+                    self._confirmed.add(sub[0])
                 s, j = s + (len(sub[0]) if sub is not None else 1), 0
             self._copied += 1
             if s >= here + 1:  # the copy caught up with the reply itself

@@ -1,0 +1,150 @@
+"""`specchat bench-replay`: SpecChat's lookup policy replayed on recorded plain replies, on several machines' costs.
+
+Why: a timed bench on these 2-core machines needs about 20 rounds per prompt to see a 3% change (docs/BENCHMARKS.md,
+runs 20-22), while the replay (app/cli/policy_replay.py) prices the real engine's steps with measured row costs, is
+deterministic and takes seconds. `specchat bench --copy-bound --replay-out FILE` records a corpus: each prompt's
+tokens, its greedy plain reply, the end-of-turn ids and that machine's row costs. This command replays the current
+code's lookup on every corpus's replies with every corpus's row costs (a policy change must not win on one CPU's
+costs and lose on another's), next to the clairvoyant copy bound on the same reply and costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from app.atomic import atomic_write_text
+from app.cli import copy_bound, policy_replay
+from app.cli.options import UserError
+from app.engine.speculative import SpecParams
+
+FORMAT = "specchat-replay-corpus/1"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("bench-replay", help="replay the lookup policy on recorded plain replies with several "
+                                                   "machines' row costs (deterministic, seconds)")
+    p.add_argument("corpora", nargs="+", type=Path, metavar="CORPUS.json",
+                   help="corpora written by `bench --copy-bound --replay-out`")
+    p.add_argument("--row-costs", action="append", default=[], metavar="NAME=R:C,...",
+                   help="one more cost table, in plain steps by row count (e.g. run4=1:1,4:2.22,8:5.77,16:6.74,"
+                   "32:13.0, as docs/BENCHMARKS.md lists them); may be given more than once")
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    p.set_defaults(func=_cmd_bench_replay)
+
+
+def parse_row_costs(text: str) -> tuple[str, dict[int, float]]:
+    """NAME=R:C,R:C,... -> (NAME, {R: C}); the one-row pass must be there (the unit of the table)."""
+    name, sep, body = text.partition("=")
+    problem = None
+    costs: dict[int, float] = {}
+    if not sep or not name.strip():
+        problem = "it needs a name: NAME=R:C,R:C,..."
+    else:
+        for item in body.split(","):
+            rows, colon, cost = item.strip().partition(":")
+            try:
+                r, c = int(rows), float(cost)
+            except ValueError:
+                problem = f"{item.strip()!r} is not ROWS:COST"
+                break
+            if not colon or r < 1 or c <= 0:
+                problem = f"{item.strip()!r} is not ROWS:COST with rows >= 1 and a positive cost"
+                break
+            costs[r] = c
+        if problem is None and costs.get(1) != 1.0:
+            problem = "it must price one row at 1 (costs are in plain steps): add 1:1"
+    if problem is not None:
+        raise UserError(f"--row-costs {text!r}: {problem}.")
+    return name.strip(), costs
+
+
+def corpus(prompts: Mapping[str, Sequence[int]], replies: Mapping[str, Any], costs: Mapping[int, float],
+           eog: Sequence[int], spec: SpecParams, machine: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A corpus as `bench --replay-out` writes it. replies: BenchRun-like objects of the plain mode by prompt id."""
+    return {
+        "format": FORMAT, "name": name, "machine": dict(machine), "spec": {"copy_max": spec.copy_max,
+                                                                          "sure_copies": spec.sure_copies},
+        "row_costs": {str(r): round(c, 4) for r, c in costs.items()},
+        "eog": sorted(set(eog)),
+        "prompts": {pid: {"prompt": list(prompts[pid]), "reply": list(run.token_ids),
+                          "stopped": run.finish_reason == "stop", "n_predict": run.n_predict}
+                    for pid, run in replies.items() if pid in prompts},
+    }
+
+
+def load_corpus(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}); pass a file written by "
+                        "`specchat bench --copy-bound --replay-out`.") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise UserError(f"{path}: not a replay corpus (no \"format\": \"{FORMAT}\"); pass a file written by "
+                        "`specchat bench --copy-bound --replay-out`.")
+    return data
+
+
+def replay(corpora: Sequence[dict[str, Any]], extra: Sequence[tuple[str, dict[int, float]]] = ()) -> dict[str, Any]:
+    """Every corpus's replies on every corpus's row costs and on `extra` tables:
+    {"tables": [...], "rows": [...], "geomean": {...}}."""
+    tables = [(c["name"], {int(r): float(v) for r, v in c["row_costs"].items()}) for c in corpora] + list(extra)
+    rows: list[dict[str, Any]] = []
+    for c in corpora:
+        eog = set(c["eog"])
+        spec = SpecParams(copy_max=int(c["spec"]["copy_max"]), sure_copies=bool(c["spec"]["sure_copies"]))
+        for pid, p in c["prompts"].items():
+            row: dict[str, Any] = {"corpus": c["name"], "prompt_id": pid, "tokens": len(p["reply"]), "costs": {}}
+            for name, costs in tables:
+                lookup = policy_replay.replayed_speedup(p["prompt"], p["reply"], p["stopped"], costs, spec,
+                                                        p["n_predict"], eog.__contains__)
+                row["costs"][name] = {"lookup": round(lookup, 4),
+                                      "bound": round(copy_bound.bound(p["prompt"], p["reply"], costs), 4)}
+            rows.append(row)
+    geomean = {}
+    for c in corpora:
+        mine = [r for r in rows if r["corpus"] == c["name"]]
+        geomean[c["name"]] = {name: round(math.exp(sum(math.log(r["costs"][name]["lookup"]) for r in mine)
+                                                   / len(mine)), 4) if mine else None for name, _ in tables}
+    return {"tables": [name for name, _ in tables], "rows": rows, "geomean": geomean}
+
+
+def format_replay(result: dict[str, Any]) -> str:
+    names = result["tables"]
+    width = max([len("prompt")] + [len(r["prompt_id"]) for r in result["rows"]]
+                + [len(f"geometric mean [{c}]") for c in result["geomean"]])
+    lines = ["lookup replayed / copy bound, in plain steps (1.00: no gain), on each corpus's row costs:",
+             "prompt".ljust(width) + "".join(f"  {n:>15}" for n in names)]
+    corpus_name = None
+    for r in result["rows"]:
+        if r["corpus"] != corpus_name:
+            corpus_name = r["corpus"]
+            lines.append(f"[{corpus_name}]")
+        lines.append(r["prompt_id"].ljust(width) + "".join(
+            f"  {r['costs'][n]['lookup']:7.3f} / {r['costs'][n]['bound']:5.2f}" for n in names))
+    for corpus_name, means in result["geomean"].items():
+        lines.append(f"geometric mean [{corpus_name}]".ljust(width) + "".join(
+            f"  {means[n]:7.3f}        " for n in names))
+    return "\n".join(lines)
+
+
+def _cmd_bench_replay(args: argparse.Namespace) -> int:
+    corpora = [load_corpus(p) for p in args.corpora]
+    extra = [parse_row_costs(t) for t in args.row_costs]
+    names = [c["name"] for c in corpora] + [name for name, _ in extra]
+    if len(set(names)) != len(names):
+        raise UserError(f"two cost tables have the same name ({', '.join(names)}): corpora are named by "
+                        "--replay-name when recorded, --row-costs tables by their NAME.")
+    result = replay(corpora, extra)
+    print(json.dumps(result, indent=2) if args.json else format_replay(result))
+    return 0
+
+
+def write_corpus(path: Path, data: dict[str, Any]) -> None:
+    atomic_write_text(path, json.dumps(data) + "\n")

@@ -1,0 +1,83 @@
+"""`specchat bench-replay`: the lookup policy replayed on recorded replies with several cost tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from app.cli.bench_replay import corpus, parse_row_costs, write_corpus
+from app.cli.main import main
+from app.cli.options import EXIT_BAD_INPUT, UserError
+from app.engine.speculative import SpecParams
+
+EOT = 9  # the template's end of turn: in the prompt, and what ends a reply that stopped
+PASSAGE = list(range(100, 160))
+CPU = {1: 1.0, 2: 1.8, 4: 2.8, 8: 6.9, 16: 8.5, 32: 14.5}
+
+
+def _corpus(path: Path, name: str, costs: dict[int, float]) -> Path:
+    prompts = {"copy": [1, 2, *PASSAGE, EOT, 3], "fresh": [1, 2, 5, 6, EOT, 3]}
+    reply = SimpleNamespace(finish_reason="stop", n_predict=128)
+    replies = {"copy": SimpleNamespace(token_ids=[*PASSAGE[:20], 77, *PASSAGE[21:]], **vars(reply)),
+               "fresh": SimpleNamespace(token_ids=list(range(300, 340)), **vars(reply))}
+    write_corpus(path, corpus(prompts, replies, costs, [EOT], SpecParams(copy_max=31, sure_copies=True),
+                              {"cpu": "test"}, name))
+    return path
+
+
+def _replayed(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["bench-replay", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_copied_reply_replays_faster_than_plain_and_fresh_text_at_plain_speed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _corpus(tmp_path / "here.json", "here", CPU)
+    out = _replayed(capsys, str(path), "--row-costs", "gpu=1:1,2:1.02,32:1.6")
+    assert out["tables"] == ["here", "gpu"]
+    rows = {r["prompt_id"]: r["costs"] for r in out["rows"]}
+    assert rows["fresh"]["here"] == {"lookup": 1.0, "bound": 1.0}  # nothing to copy: plain steps
+    copy = rows["copy"]
+    assert 1.05 < copy["here"]["lookup"] <= copy["here"]["bound"]
+    # Cheap rows make the same copy pay far more, for the policy and for the bound alike.
+    assert copy["gpu"]["lookup"] > copy["here"]["lookup"] and copy["gpu"]["bound"] > copy["here"]["bound"]
+    assert out["geomean"]["here"]["here"] == pytest.approx((copy["here"]["lookup"] * 1.0) ** 0.5, abs=1e-3)
+
+
+def test_corpora_are_crossed_with_each_others_costs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _corpus(tmp_path / "a.json", "a", CPU)
+    b = _corpus(tmp_path / "b.json", "b", {r: 1.0 + 0.02 * (r - 1) for r in (1, 2, 4, 8, 16, 32)})
+    out = _replayed(capsys, str(a), str(b))
+    assert out["tables"] == ["a", "b"] and len(out["rows"]) == 4
+    assert {(r["corpus"], r["prompt_id"]) for r in out["rows"]} == {(c, p) for c in "ab" for p in ("copy", "fresh")}
+    # The same reply on the same costs replays the same, whichever corpus brought it.
+    by = {(r["corpus"], r["prompt_id"]): r["costs"] for r in out["rows"]}
+    assert by[("a", "copy")] == by[("b", "copy")]
+    assert main(["bench-replay", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    assert "[a]" in text and "[b]" in text and "geometric mean [b]" in text
+
+
+def test_bad_input_names_the_file_or_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"runs": []}), encoding="utf-8")
+    assert main(["bench-replay", str(report)]) == EXIT_BAD_INPUT
+    assert "report.json: not a replay corpus" in capsys.readouterr().err
+    broken = tmp_path / "broken.json"
+    broken.write_text("{", encoding="utf-8")
+    assert main(["bench-replay", str(broken)]) == EXIT_BAD_INPUT
+    assert "broken.json: not JSON" in capsys.readouterr().err
+    with pytest.raises(UserError, match="must price one row at 1"):
+        parse_row_costs("x=2:1.8,4:2.8")
+    with pytest.raises(UserError, match="'4-2.8' is not ROWS:COST"):
+        parse_row_costs("x=1:1,4-2.8")
+    with pytest.raises(UserError, match="needs a name"):
+        parse_row_costs("1:1,4:2.8")
+    assert parse_row_costs(" run4 =1:1,4:2.22") == ("run4", {1: 1.0, 4: 2.22})
+    path = _corpus(tmp_path / "same.json", "same", CPU)
+    assert main(["bench-replay", str(path), "--row-costs", "same=1:1,2:1.8"]) == EXIT_BAD_INPUT
+    assert "same name" in capsys.readouterr().err
