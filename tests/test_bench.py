@@ -646,3 +646,26 @@ def test_report_says_whether_the_runs_batches_reproduce_a_parting():
                          divergence={**d, "rounding": {"gaps": {**gaps, "engine_batches": 0.2}, "spread": 0.3,
                                                        "within": True, "reproduced": False}})
     assert "REAL DIFFERENCE" in bench_mod._same_column(no)  # type: ignore[arg-type]
+
+
+def test_bench_replay_out_records_a_corpus_that_bench_replay_replays(smol_path, tmp_path):
+    corpus_file = tmp_path / "corpus.json"
+    report_file = tmp_path / "report.json"
+    result = specchat("bench", "--prompts", _suite(tmp_path), "-m", smol_path, "--modes", "none", "--repeat", 1,
+                      "--no-warmup", "-c", 512, "--json-out", report_file, "--replay-out", corpus_file,
+                      "--replay-name", "smol", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    corpus = json.loads(corpus_file.read_text())
+    runs = {r["prompt_id"]: r for r in json.loads(report_file.read_text())["runs"]}
+    assert corpus["name"] == "smol" and set(corpus["prompts"]) == set(runs) == {"echo", "turns"}
+    assert corpus["row_costs"]["1"] == 1.0 and float(corpus["row_costs"]["4"]) > 1.0
+    assert corpus["eog"]  # the template's end-of-turn ids, from the prompts
+    for pid, p in corpus["prompts"].items():
+        assert len(p["prompt"]) == runs[pid]["prompt_tokens"] and len(p["reply"]) == runs[pid]["tokens"]
+        assert p["stopped"] == (runs[pid]["finish_reason"] == "stop") and p["n_predict"] == runs[pid]["n_predict"]
+    # The replay drives the real engine and must write each recorded reply again, or it fails.
+    replayed = specchat("bench-replay", corpus_file, "--json", home=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    rows = json.loads(replayed.stdout)["rows"]
+    assert {r["prompt_id"] for r in rows} == {"echo", "turns"}
+    assert all(r["costs"]["smol"]["lookup"] > 0.5 and r["costs"]["smol"]["bound"] >= 1.0 for r in rows)
