@@ -265,29 +265,17 @@ class PromptLookup:
             min_run = min(min_run, SURE_LOCAL_RUN)
         if s is None or self._run < min_run or k <= 0:
             return None
-        tokens, origins = self._stream(context, s, self._j, min(k, self.params.tokens_per_match * self._run))
+        applied: list[tuple[int, tuple[int, ...]]] = []
+        tokens, origins = self._stream(context, s, self._j, min(k, self.params.tokens_per_match * self._run), applied)
         n = self._cut(context, origins, cut_at_edits)
-        if cut_at_edits and self._subs:
-            n = self._before_unconfirmed(context, s, origins, n)
+        if cut_at_edits:
+            # Stop before a substitution the reply has not made a second time: one break can look like a rename
+            # when the reply skipped or rewrote a passage (edit-rename-class's reply drops a class, so
+            # `OrderLine` looked renamed to `Basket`).
+            n = next((i for i, x in applied if i < n and x not in self._confirmed), n)
         if cut_at_edits and n > 0:
             n = self._unambiguous(context, s, origins, n)
         return Proposal(tokens[:n], s, self._run, None) if n > 0 else None
-
-    def _before_unconfirmed(self, context: Sequence[int], s: int, origins: list[int | None], n: int) -> int:
-        """How many of a copy's n tokens come before a substitution the reply has not yet made a second time:
-        one break can look like a rename when the reply skipped or rewrote a passage (edit-rename-class's
-        reply drops a class, so `OrderLine` looked renamed to `Basket`)."""
-        src = s - 1
-        for i, o in enumerate(origins[:n]):
-            if o is not None:
-                src = o
-                continue
-            if i > 0 and origins[i - 1] is None:
-                continue  # inside the substitution already judged
-            sub = self._sub_at(context, src + 1, len(context))
-            if sub is not None and sub[0] not in self._confirmed:
-                return i
-        return n
 
     def _unambiguous(self, context: Sequence[int], s: int, origins: list[int | None], n: int) -> int:
         """How many of a copy's n tokens come before its source parts from another spot that the context's
@@ -329,9 +317,11 @@ class PromptLookup:
                 return x, y
         return None
 
-    def _stream(self, context: Sequence[int], s: int, j: int, n: int) -> tuple[tuple[int, ...], list[int | None]]:
+    def _stream(self, context: Sequence[int], s: int, j: int, n: int,
+                applied: list[tuple[int, tuple[int, ...]]] | None = None) -> tuple[tuple[int, ...], list[int | None]]:
         """Up to n tokens a copy from source position s predicts, learned substitutions applied (j: tokens of
-        the one at s already written), with each token's source position (None inside a substitution)."""
+        the one at s already written), with each token's source position (None inside a substitution).
+        applied: filled with (index of its first token, source side) for each substitution written."""
         end = len(context)
         tokens: list[int] = []
         origins: list[int | None] = []
@@ -344,6 +334,8 @@ class PromptLookup:
                 continue
             x, y = sub
             take = y[j : j + n - len(tokens)]
+            if applied is not None:
+                applied.append((len(tokens), x))
             tokens.extend(take)
             origins.extend([None] * len(take))
             s, j = s + len(x), 0
