@@ -337,6 +337,12 @@ def test_commands_share_specchat_settings():
     ngram = nb.command("ngram-map-k", _settings(extra_args=("--spec-ngram-map-k-size-n", "3")), Path("p.txt"), 64)
     assert ngram[ngram.index("--spec-type") + 1] == "ngram-map-k" and "-md" not in ngram
     assert ngram[-2:] == ["--spec-ngram-map-k-size-n", "3"]
+    # Every n-gram type speculative-simple knows, llama.cpp's own `--spec-default` (ngram-mod) among them, runs
+    # with llama.cpp's own sizes and without the draft model.
+    for mode in ("ngram-map-k4v", "ngram-mod", "ngram-cache"):
+        spec = nb.command(mode, _settings(), Path("p.txt"), 64)
+        assert spec[0] == "/opt/llama/llama-speculative-simple" and "-md" not in spec
+        assert spec[spec.index("--spec-type") + 1] == mode and not any(a.startswith("--spec-ngram") for a in spec)
     with pytest.raises(nb.NativeError, match="needs a draft model"):
         nb.command("draft-simple", _settings(draft=None), Path("p.txt"), 8)
     with pytest.raises(nb.NativeError, match="Unknown llama.cpp mode"):
@@ -456,13 +462,14 @@ def test_bench_cli_native_without_tools_fails_before_loading(smol_path, tmp_path
                            "docs/BENCHMARKS.md, \"Comparing with llama.cpp itself\")")
 def test_bench_cli_native_smoke(smol_path, tmp_path):
     result = specchat("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none",
-                      "--native", NATIVE_BIN, "--native-modes", "plain,plain-again,ngram-simple", "--repeat", 1,
-                      "--no-warmup", "-c", 512, home=tmp_path, timeout=900)
+                      "--native", NATIVE_BIN, "--native-modes", "plain,plain-again,ngram-simple,ngram-mod",
+                      "--repeat", 1, "--no-warmup", "-c", 512, home=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     modes = [(r["prompt_id"], r["mode"]) for r in data["runs"]]
     assert modes == [(p, m) for p in ("echo", "turns")
-                     for m in ("none", "llama.cpp:plain", "llama.cpp:plain-again", "llama.cpp:ngram-simple")]
+                     for m in ("none", "llama.cpp:plain", "llama.cpp:plain-again", "llama.cpp:ngram-simple",
+                               "llama.cpp:ngram-mod")]
     for run in data["runs"]:
         assert run["tokens_per_second"] > 0 and run["speedup_vs_llama_cpp"] > 0
         if run["engine"] == "llama.cpp":
@@ -472,7 +479,7 @@ def test_bench_cli_native_smoke(smol_path, tmp_path):
     assert all(r["identical"] for r in plain), plain  # greedy, same prompt tokens (the bench checks them)
     assert all(r["command"][0].endswith("llama-completion") for r in plain)
     assert data["native"]["prompt_tokens_checked"]
-    assert data["native"]["modes"] == ["plain", "plain-again", "ngram-simple"]
+    assert data["native"]["modes"] == ["plain", "plain-again", "ngram-simple", "ngram-mod"]
     assert data["settings"]["processes"] == "fresh"  # with --native, "auto" runs SpecChat as llama.cpp runs
     assert data["native"]["system_info"].startswith("CPU") and isinstance(data["native"]["same_build_features"], bool)
     assert data["summary"]["llama.cpp:plain"]["median_speedup_vs_llama_cpp"] == pytest.approx(1.0)

@@ -601,20 +601,21 @@ def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
         lines.append("95% = the interval of the geometric mean of the per-round ratios to llama.cpp plain (t on "
                      "their logs): a ratio whose interval holds 1.00 is not told apart from llama.cpp's speed.")
     lines.append("")
-    lines.append(f"{'prompt':<18} {'mode':<22} {'tokens':>6} {'tok/s':>7} {'vs none':>8} "
+    w = max([22, *(len(r.mode) for r in runs)])  # "llama.cpp:ngram-map-k4v" is 23
+    lines.append(f"{'prompt':<18} {'mode':<{w}} {'tokens':>6} {'tok/s':>7} {'vs none':>8} "
                  + (f"{'vs cpp':>7} {'95%':>9} " if has_cpp else "") + f"{'accept':>7} {'acc/draft':>9} identical")
     for r in runs:
         counts = f"{r.accepted}/{r.drafted}" if r.drafted else ""
         accept = f"{r.acceptance_rate:.1%}" if r.drafted else ""
         band = r.vs_llama_cpp_interval
         interval = f"{band[0]:.2f}-{band[2]:.2f}" if band else "-"
-        lines.append(f"{r.prompt_id:<18} {r.mode:<22} {r.tokens:>6} {r.tokens_per_second:>7.2f} {r.speedup:>7.2f}x "
+        lines.append(f"{r.prompt_id:<18} {r.mode:<{w}} {r.tokens:>6} {r.tokens_per_second:>7.2f} {r.speedup:>7.2f}x "
                      + (f"{_ratio(r.speedup_vs_llama_cpp):>7} {interval:>9} " if has_cpp else "")
                      + f"{accept:>7} {counts:>9} {_same_column(r)}")
     lines.append("")
     for mode, m in report["summary"].items():
         overhead = m["median_engine_overhead"]
-        lines.append(f"{mode:<22} median {m['median_tokens_per_second']:.2f} tok/s, vs none "
+        lines.append(f"{mode:<{w}} median {m['median_tokens_per_second']:.2f} tok/s, vs none "
                      f"{m['median_speedup']:.2f}x (min {m['min_speedup']:.2f}x)"
                      + (f", vs llama.cpp plain {_ratio(m['median_speedup_vs_llama_cpp'])}" if has_cpp else "")
                      + f", identical {m['identical']}/{m['prompts']}"

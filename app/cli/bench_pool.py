@@ -126,15 +126,16 @@ def worst_by_mode(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def format_pool(rows: list[dict[str, Any]], base: str, paths: list[Path]) -> str:
+    w = max([22, *(len(row["mode"]) for row in rows)])
     lines = [f"Pooled {len(paths)} reports: " + ", ".join(str(p) for p in paths),
              f"Per-round ratios to {base}, each taken within its own report and round; median, and the geometric "
              "mean with its 95% interval (t on the log ratios) over all pooled rounds.", "",
-             f"{'prompt':18s} {'mode':22s} {'rounds':>6s} {'median':>7s} {'geo mean':>9s} {'95%':>12s} {'sd':>6s}"]
+             f"{'prompt':18s} {'mode':{w}s} {'rounds':>6s} {'median':>7s} {'geo mean':>9s} {'95%':>12s} {'sd':>6s}"]
     for row in rows:
         band = row["interval"]  # None for a single round
         geo, ci = (f"{band[1]:.3f}x", f"{band[0]:.3f}-{band[2]:.3f}") if band else ("-", "-")
         sd = f"{row['sd_log_ratio']:.3f}" if row["sd_log_ratio"] is not None else "-"
-        lines.append(f"{row['prompt_id']:18s} {row['mode']:22s} {row['rounds']:6d} {row['median']:6.3f}x {geo:>9s} "
+        lines.append(f"{row['prompt_id']:18s} {row['mode']:{w}s} {row['rounds']:6d} {row['median']:6.3f}x {geo:>9s} "
                      f"{ci:>12s} {sd:>6s}")
     lines.append("")
     for mode, row in worst_by_mode(rows).items():

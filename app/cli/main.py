@@ -88,9 +88,12 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
     native = bench.add_argument_group("llama.cpp's own tools")
     native.add_argument("--native", type=Path, metavar="DIR", help="folder holding llama-completion and "
                         "llama-speculative-simple: run them on the same prompt tokens, in the same rounds")
-    native.add_argument("--native-modes", default="plain,draft-simple,ngram-simple,ngram-map-k",
-                        help="comma-separated llama.cpp modes (plain is always run; plain-again runs it twice "
-                             "per round, an A/A control that shows the machine's noise floor)")
+    native.add_argument("--native-modes",
+                        default="plain,draft-simple,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod",
+                        help="comma-separated llama.cpp modes: plain, plain-again, draft-simple, ngram-simple, "
+                             "ngram-map-k, ngram-map-k4v, ngram-mod (llama.cpp's --spec-default), ngram-cache "
+                             "(plain is always run; plain-again runs it twice per round, an A/A control that shows "
+                             "the machine's noise floor)")
     native.add_argument("--native-timeout", type=float, default=600.0, metavar="S",
                         help="seconds one llama.cpp run may take")
     bench.add_argument("--processes", choices=("auto", "fresh", "shared"), default="auto",

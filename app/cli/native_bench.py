@@ -32,7 +32,11 @@ from pathlib import Path
 
 from app.cli.options import UserError
 
-NATIVE_MODES = ("plain", "plain-again", "draft-simple", "ngram-simple", "ngram-map-k")
+# Every n-gram spec type llama-speculative-simple takes with no files: ngram-mod is what llama.cpp's own
+# `--spec-default` turns on (24-token match, drafts of 48-64), ngram-map-k4v the counted-values map, ngram-cache
+# lookup decoding's context cache (no static or dynamic cache file).
+NGRAM_MODES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+NATIVE_MODES = ("plain", "plain-again", "draft-simple", *NGRAM_MODES)
 PLAIN_MODES = ("plain", "plain-again")  # llama-completion; the second is the A/A control
 COMPLETION = "llama-completion"
 SPECULATIVE = "llama-speculative-simple"
