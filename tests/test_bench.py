@@ -14,6 +14,7 @@ import pytest
 
 from app.cli import bench as bench_mod
 from app.cli import native_bench as nb
+from app.cli import native_replay
 from app.cli.bench import BenchPrompt, NativePlan, load_prompts, round_order
 from app.engine.events import FinishEvent, GenerationStats, GovernorEvent
 from app.engine.session import GenParams
@@ -463,7 +464,8 @@ def test_bench_cli_native_without_tools_fails_before_loading(smol_path, tmp_path
 def test_bench_cli_native_smoke(smol_path, tmp_path):
     result = specchat("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none",
                       "--native", NATIVE_BIN, "--native-modes", "plain,plain-again,ngram-simple,ngram-mod",
-                      "--repeat", 1, "--no-warmup", "-c", 512, home=tmp_path, timeout=900)
+                      "--repeat", 1, "--no-warmup", "-c", 512, "--copy-bound", "--replay-out", tmp_path / "c.json",
+                      home=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     modes = [(r["prompt_id"], r["mode"]) for r in data["runs"]]
@@ -483,6 +485,15 @@ def test_bench_cli_native_smoke(smol_path, tmp_path):
     assert data["settings"]["processes"] == "fresh"  # with --native, "auto" runs SpecChat as llama.cpp runs
     assert data["native"]["system_info"].startswith("CPU") and isinstance(data["native"]["same_build_features"], bool)
     assert data["summary"]["llama.cpp:plain"]["median_speedup_vs_llama_cpp"] == pytest.approx(1.0)
+    # The replay of llama.cpp's n-gram types drafts and accepts what the real tool did on the same reply.
+    corpus = json.loads((tmp_path / "c.json").read_text())
+    for run in data["runs"]:
+        if run["mode"] in ("llama.cpp:ngram-simple", "llama.cpp:ngram-mod") and run["identical"]:
+            p = corpus["prompts"][run["prompt_id"]]
+            end = next((t for t in reversed(p["prompt"]) if t in corpus["eog"]), -1)
+            got = native_replay.replay(run["mode"].removeprefix("llama.cpp:"), p["prompt"], p["reply"], p["stopped"],
+                                       p["n_predict"], {int(k): v for k, v in corpus["row_costs"].items()}, end)
+            assert (got.drafted, got.accepted) == (run["drafted"], run["accepted"]), run["prompt_id"]
 
 
 # --- timed runs in fresh processes (--processes fresh) --------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 
 from app.cli.bench_replay import corpus, parse_row_costs, write_corpus
 from app.cli.main import main
+from app.cli.native_replay import REPLAYED
 from app.cli.options import EXIT_BAD_INPUT, UserError
 from app.engine.speculative import SpecParams
 
@@ -40,12 +41,18 @@ def test_a_copied_reply_replays_faster_than_plain_and_fresh_text_at_plain_speed(
     out = _replayed(capsys, str(path), "--row-costs", "gpu=1:1,2:1.02,32:1.6")
     assert out["tables"] == ["here", "gpu"]
     rows = {r["prompt_id"]: r["costs"] for r in out["rows"]}
-    assert rows["fresh"]["here"] == {"lookup": 1.0, "bound": 1.0}  # nothing to copy: plain steps
+    fresh = rows["fresh"]["here"]
+    assert (fresh["lookup"], fresh["bound"]) == (1.0, 1.0)  # nothing to copy: plain steps
+    assert fresh["llama.cpp"] == {mode: 1.0 for mode in REPLAYED}  # nor for llama.cpp's n-gram types
     copy = rows["copy"]
     assert 1.05 < copy["here"]["lookup"] <= copy["here"]["bound"]
     # Cheap rows make the same copy pay far more, for the policy and for the bound alike.
     assert copy["gpu"]["lookup"] > copy["here"]["lookup"] and copy["gpu"]["bound"] > copy["here"]["bound"]
     assert out["geomean"]["here"]["here"] == pytest.approx((copy["here"]["lookup"] * 1.0) ** 0.5, abs=1e-3)
+    # llama.cpp's types copy the passage too, with a 12-token key; each table names the best and lookup's ratio to it.
+    cpp = copy["gpu"]["llama.cpp"]
+    assert max(cpp.values()) > 1.0 and cpp[copy["gpu"]["llama.cpp_best"]] == max(cpp.values())
+    assert copy["gpu"]["vs_llama_cpp_best"] == pytest.approx(copy["gpu"]["lookup"] / max(cpp.values()), abs=1e-3)
 
 
 def test_corpora_are_crossed_with_each_others_costs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from app.cli import copy_bound, policy_replay
+from app.cli.native_replay import REPLAYED
 from app.engine.drafters import AUTO_COPY_MAX, LookupDrafter
 from app.engine.events import FinishEvent, StepEvent
 from app.engine.speculative import SpecEngine, SpecParams
@@ -47,6 +48,13 @@ def test_row_costs_are_measured_on_the_real_target(smol_session):
     costs = copy_bound.measure_row_costs(smol_session, prompt, rows=(1, 2, 8), repeats=2)
     assert set(costs) == {1, 2, 8} and costs[1] == 1.0 and all(c > 0 for c in costs.values())
     assert smol_session.target_ctx.n_past == 0  # caches left empty, as the bench's next run expects
+    # llama.cpp's n-gram types verify up to 65 rows, more than SpecChat's context takes logits for (32): those
+    # are timed in a wider context of the same model, and the session's own context is left as it was.
+    own = smol_session.target_ctx
+    assert own.max_rows < 48
+    wide = copy_bound.measure_row_costs(smol_session, prompt, rows=(1, own.max_rows, 48), repeats=1)
+    assert set(wide) == {1, own.max_rows, 48} and wide[48] > 0
+    assert smol_session.target_ctx is own and own.max_rows < 48 and own.n_past == 0
 
 
 def test_bench_cli_prints_each_prompts_copy_bound(smol_path, tmp_path):
@@ -60,10 +68,16 @@ def test_bench_cli_prints_each_prompts_copy_bound(smol_path, tmp_path):
     replayed = bounds["lookup_replay"]
     assert set(replayed) == set(bounds["prompts"])
     assert all(0 < replayed[pid] <= bounds["prompts"][pid] + 1e-3 for pid in replayed)
+    # llama.cpp's n-gram types replayed on the same replies, with 48- and 64-row verifies timed, not guessed.
+    assert {"48", "64"} <= set(bounds["row_costs"])
+    assert set(bounds["llama_cpp_replay"]) == set(bounds["prompts"])
+    assert all(set(types) == set(REPLAYED) and all(x > 0 for x in types.values())
+               for types in bounds["llama_cpp_replay"].values())
     table = specchat("bench", "--prompts", _suite(tmp_path), "-m", smol_path, "--modes", "none", "--repeat", 1,
                      "--no-warmup", "-c", 512, "--copy-bound", home=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "Copy bound" in table.stdout and "echo" in table.stdout
+    assert "llama.cpp's n-gram types replayed alike on echo: ngram-simple" in table.stdout
 
 
 CPU_SPEC = SpecParams(copy_max=AUTO_COPY_MAX, sure_copies=True)  # what resolve_spec gives on the CPU

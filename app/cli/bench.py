@@ -27,7 +27,7 @@ from typing import Any
 
 from app import settings as settings_mod
 from app.atomic import atomic_write_text
-from app.cli import bench_replay, copy_bound, native_bench, policy_replay, rounding_check
+from app.cli import bench_replay, copy_bound, native_bench, native_replay, policy_replay, rounding_check
 from app.cli.bench_child import Recorded, Request, run_in_child, run_once, run_recorded
 from app.cli.native_bench import NATIVE_MODES, PREFIX, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
@@ -540,12 +540,20 @@ def _copy_bounds(session: SpecSession, prompts: list[BenchPrompt], runs: list[Be
         eog = {t for tokens in tokenized.values() for t in tokens if is_eog(t)}
         bench_replay.write_corpus(replay_out, bench_replay.corpus(
             tokenized, plain, costs, sorted(eog), spec, machine_description(), replay_name or replay_out.stem))
+    is_eog = session.target_ctx.model.is_eog
+    native = {}
+    for pid in ids:  # llama.cpp's own n-gram types on the same replies and costs (native_replay.py)
+        end = next((t for t in reversed(tokenized[pid]) if is_eog(t)), -1)
+        native[pid] = {mode: round(native_replay.replay(
+            mode, tokenized[pid], plain[pid].token_ids, plain[pid].finish_reason == "stop", plain[pid].n_predict,
+            costs, end).speedup, 3) for mode in native_replay.REPLAYED}
     return {"key": copy_bound.KEY, "row_costs": {str(r): round(c, 3) for r, c in costs.items()},
             "prompts": {pid: round(copy_bound.bound(tokenized[pid], plain[pid].token_ids, costs), 3) for pid in ids},
             "lookup_replay": {pid: round(policy_replay.replayed_speedup(
                 tokenized[pid], plain[pid].token_ids, plain[pid].finish_reason == "stop", costs, spec,
-                plain[pid].n_predict, session.target_ctx.model.is_eog), 3)
-                for pid in ids}}
+                plain[pid].n_predict, is_eog), 3)
+                for pid in ids},
+            "llama_cpp_replay": native}
 
 
 def _reference_lookup(session: SpecSession, prompts: list[BenchPrompt], params: GenParams,
@@ -637,6 +645,11 @@ def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
         if replayed:
             lines.append("SpecChat's lookup replayed on the same replies and costs (x plain steps): "
                          + ", ".join(f"{pid} {b:.2f}x" for pid, b in replayed.items()))
+        for pid, types in bounds.get("llama_cpp_replay", {}).items():
+            best = max(types, key=lambda m: types[m])
+            lines.append(f"llama.cpp's n-gram types replayed alike on {pid}: "
+                         + ", ".join(f"{m} {x:.2f}x" for m, x in types.items())
+                         + (f"; lookup / {best}: {replayed[pid] / types[best]:.2f}x" if pid in replayed else ""))
     ref = report.get("llama_cpp_python_prompt_lookup")
     if ref:
         lines.append("")

@@ -5,7 +5,8 @@ runs 20-22), while the replay (app/cli/policy_replay.py) prices the real engine'
 deterministic and takes seconds. `specchat bench --copy-bound --replay-out FILE` records a corpus: each prompt's
 tokens, its greedy plain reply, the end-of-turn ids and that machine's row costs. This command replays the current
 code's lookup on every corpus's replies with every corpus's row costs (a policy change must not win on one CPU's
-costs and lose on another's), next to the clairvoyant copy bound on the same reply and costs.
+costs and lose on another's), next to the clairvoyant copy bound on the same reply and costs, and next to
+llama.cpp's own n-gram types replayed on the same reply and costs (app/cli/native_replay.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from app.atomic import atomic_write_text
-from app.cli import copy_bound, policy_replay
+from app.cli import copy_bound, native_replay, policy_replay
 from app.cli.options import UserError
 from app.engine.speculative import SpecParams
 
@@ -101,18 +102,31 @@ def replay(corpora: Sequence[dict[str, Any]], extra: Sequence[tuple[str, dict[in
         spec = SpecParams(copy_max=int(c["spec"]["copy_max"]), sure_copies=bool(c["spec"]["sure_copies"]))
         for pid, p in c["prompts"].items():
             row: dict[str, Any] = {"corpus": c["name"], "prompt_id": pid, "tokens": len(p["reply"]), "costs": {}}
+            end = next((t for t in reversed(p["prompt"]) if t in eog), -1)  # the template's end of turn
             for name, costs in tables:
                 lookup = policy_replay.replayed_speedup(p["prompt"], p["reply"], p["stopped"], costs, spec,
                                                         p["n_predict"], eog.__contains__)
+                native = {mode: round(native_replay.replay(mode, p["prompt"], p["reply"], p["stopped"],
+                                                           p["n_predict"], costs, end).speedup, 4)
+                          for mode in native_replay.REPLAYED}
+                best = max(native, key=lambda m: native[m])
                 row["costs"][name] = {"lookup": round(lookup, 4),
-                                      "bound": round(copy_bound.bound(p["prompt"], p["reply"], costs), 4)}
+                                      "bound": round(copy_bound.bound(p["prompt"], p["reply"], costs), 4),
+                                      "llama.cpp": native, "llama.cpp_best": best,
+                                      "vs_llama_cpp_best": round(lookup / native[best], 4)}
             rows.append(row)
-    geomean = {}
+    geomean, vs_best = {}, {}
     for c in corpora:
         mine = [r for r in rows if r["corpus"] == c["name"]]
-        geomean[c["name"]] = {name: round(math.exp(sum(math.log(r["costs"][name]["lookup"]) for r in mine)
-                                                   / len(mine)), 4) if mine else None for name, _ in tables}
-    return {"tables": [name for name, _ in tables], "rows": rows, "geomean": geomean}
+        geomean[c["name"]] = {name: _geomean([r["costs"][name]["lookup"] for r in mine]) for name, _ in tables}
+        vs_best[c["name"]] = {name: _geomean([r["costs"][name]["vs_llama_cpp_best"] for r in mine])
+                              for name, _ in tables}
+    return {"tables": [name for name, _ in tables], "rows": rows, "geomean": geomean,
+            "geomean_vs_llama_cpp_best": vs_best}
+
+
+def _geomean(values: Sequence[float]) -> float | None:
+    return round(math.exp(sum(math.log(v) for v in values) / len(values)), 4) if values else None
 
 
 def format_replay(result: dict[str, Any]) -> str:
@@ -131,6 +145,19 @@ def format_replay(result: dict[str, Any]) -> str:
     for corpus_name, means in result["geomean"].items():
         lines.append(f"geometric mean [{corpus_name}]".ljust(width) + "".join(
             f"  {means[n]:7.3f}        " for n in names))
+    lines += ["", "lookup replayed / llama.cpp's best n-gram type replayed on the same reply and costs (which type; "
+              "under 1.00: llama.cpp's is faster):", "prompt".ljust(width) + "".join(f"  {n:>15}" for n in names)]
+    corpus_name = None
+    for r in result["rows"]:
+        if r["corpus"] != corpus_name:
+            corpus_name = r["corpus"]
+            lines.append(f"[{corpus_name}]")
+        lines.append(r["prompt_id"].ljust(width) + "".join(
+            f"  {r['costs'][n]['vs_llama_cpp_best']:5.3f} {r['costs'][n]['llama.cpp_best'].removeprefix('ngram-'):>9}"
+            for n in names))
+    for corpus_name, means in result["geomean_vs_llama_cpp_best"].items():
+        lines.append(f"geometric mean [{corpus_name}]".ljust(width) + "".join(
+            f"  {means[n]:5.3f}          " for n in names))
     return "\n".join(lines)
 
 

@@ -16,10 +16,14 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from app.engine.session import SpecSession
+from app.llama_backend.core import LlamaContext
 
-ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32)  # the row counts timed; others are interpolated
+# The row counts timed; others are interpolated. 48 and 64: llama.cpp's ngram-map-k verifies 49 rows and ngram-mod
+# 49-65 (app/cli/native_replay.py prices them).
+ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 KEY = 2  # context tokens that must match before a copy: SpecChat's lookup resumes a copy on 2 next to an edit
 REPEATS = 5
 
@@ -27,8 +31,15 @@ REPEATS = 5
 def measure_row_costs(session: SpecSession, context: Sequence[int], rows: Sequence[int] = ROWS,
                       repeats: int = REPEATS) -> dict[int, float]:
     """The target's time for a pass of r rows (all with logits, as a verify) over `context`, in one-row passes:
-    medians of `repeats` rounds, the row counts interleaved within each round. Leaves the caches empty."""
+    medians of `repeats` rounds, the row counts interleaved within each round. Leaves the caches empty.
+
+    Row counts beyond what the session's context may ask logits for (32: SpecChat never verifies more) are timed
+    in a second, temporary context of the same model that may: llama.cpp's n-gram types verify 49-65 rows, and
+    their replay (native_replay.py) must not guess those prices from the 32-row one."""
     ctx = session.target_ctx
+    wide = max(rows)
+    if wide > ctx.max_rows and ctx.config.n_batch >= wide:
+        ctx = LlamaContext(session.target_model, replace(ctx.config, n_outputs_max=wide))
     counts = [r for r in rows if r <= ctx.max_rows]
     filler = (list(context[-max(counts):]) * max(counts))[: max(counts)]
     times: dict[int, list[float]] = {r: [] for r in counts}
@@ -43,7 +54,10 @@ def measure_row_costs(session: SpecSession, context: Sequence[int], rows: Sequen
                 times[r].append(time.perf_counter() - t0)
                 ctx.truncate(base)
     finally:
-        session.clear_caches()
+        if ctx is session.target_ctx:
+            session.clear_caches()
+        else:
+            ctx.close()
     one = statistics.median(times[1])
     return {r: statistics.median(times[r]) / one for r in counts}
 
