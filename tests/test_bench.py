@@ -492,7 +492,7 @@ def test_bench_cli_native_smoke(smol_path, tmp_path):
             p = corpus["prompts"][run["prompt_id"]]
             end = next((t for t in reversed(p["prompt"]) if t in corpus["eog"]), -1)
             got = native_replay.replay(run["mode"].removeprefix("llama.cpp:"), p["prompt"], p["reply"], p["stopped"],
-                                       p["n_predict"], {int(k): v for k, v in corpus["row_costs"].items()}, end)
+                                       p["n_predict"], end)
             assert (got.drafted, got.accepted) == (run["drafted"], run["accepted"]), run["prompt_id"]
 
 

@@ -78,13 +78,13 @@ def test_replay_writes_the_reply_and_prices_each_verify_by_its_rows():
     prompt = [5, *A[:70], *B[:10], *A[:11], A[11]]
     reply = [*A[12:40], 77, 78]
     costs = {1: 1.0, 8: 4.0, 16: 6.0, 32: 10.0}
-    r = nr.replay("ngram-simple", prompt, reply, stopped=True, n_predict=100, costs=costs, eog=99)
+    r = nr.replay("ngram-simple", prompt, reply, stopped=True, n_predict=100, eog=99)
     assert r.tokens == len(reply) + 1  # the end of turn included
     # The first verify: the prompt's last token and 48 drafted tokens, 28 of them right.
     assert (r.drafted, r.accepted, r.steps) == (48, 28, 3)
     # 49 rows, past the largest measured count, at its price per row; then two plain steps (78, the end of turn).
-    assert r.cost == pytest.approx(10.0 * 49 / 32 + 2.0)
-    assert r.speedup == pytest.approx(31 / r.cost)
+    assert r.cost(costs) == pytest.approx(10.0 * 49 / 32 + 2.0)
+    assert r.speedup(costs) == pytest.approx(31 / r.cost(costs))
 
 
 @pytest.mark.parametrize("report, corpus", [("run25a.json", "corpus-run25.json")])
@@ -93,7 +93,6 @@ def test_replay_counts_are_llama_cpps_own(report, corpus):
     llama-speculative-simple reported on the same reply (both recorded by one `bench --native --replay-out`)."""
     runs = json.loads((REPORTS / report).read_text())["runs"]
     data = json.loads((REPORTS / corpus).read_text())
-    costs = {int(k): v for k, v in data["row_costs"].items()}
     eogs = set(data["eog"])
     checked = 0
     for pid, p in data["prompts"].items():
@@ -102,7 +101,7 @@ def test_replay_counts_are_llama_cpps_own(report, corpus):
             real = [r for r in runs if r["prompt_id"] == pid and r["mode"] == "llama.cpp:" + mode and r["identical"]]
             if not real:
                 continue
-            got = nr.replay(mode, p["prompt"], p["reply"], p["stopped"], p["n_predict"], costs, end)
+            got = nr.replay(mode, p["prompt"], p["reply"], p["stopped"], p["n_predict"], end)
             assert (got.drafted, got.accepted) == (real[0]["drafted"], real[0]["accepted"]), (pid, mode)
             checked += 1
     assert checked >= 14

@@ -535,18 +535,17 @@ def _copy_bounds(session: SpecSession, prompts: list[BenchPrompt], runs: list[Be
     costs = copy_bound.measure_row_costs(session, max(tokenized.values(), key=len))
     plain = {r.prompt_id: r for r in runs if r.mode == "none" and r.engine == "specchat"}
     ids = [pid for pid in tokenized if pid in plain]
+    is_eog = session.target_ctx.model.is_eog
     if replay_out is not None:
-        is_eog = session.target_ctx.model.is_eog
         eog = {t for tokens in tokenized.values() for t in tokens if is_eog(t)}
         bench_replay.write_corpus(replay_out, bench_replay.corpus(
             tokenized, plain, costs, sorted(eog), spec, machine_description(), replay_name or replay_out.stem))
-    is_eog = session.target_ctx.model.is_eog
     native = {}
     for pid in ids:  # llama.cpp's own n-gram types on the same replies and costs (native_replay.py)
-        end = next((t for t in reversed(tokenized[pid]) if is_eog(t)), -1)
+        end = policy_replay.template_end(tokenized[pid], is_eog)
         native[pid] = {mode: round(native_replay.replay(
             mode, tokenized[pid], plain[pid].token_ids, plain[pid].finish_reason == "stop", plain[pid].n_predict,
-            costs, end).speedup, 3) for mode in native_replay.REPLAYED}
+            end).speedup(costs), 3) for mode in native_replay.REPLAYED}
     return {"key": copy_bound.KEY, "row_costs": {str(r): round(c, 3) for r, c in costs.items()},
             "prompts": {pid: round(copy_bound.bound(tokenized[pid], plain[pid].token_ids, costs), 3) for pid in ids},
             "lookup_replay": {pid: round(policy_replay.replayed_speedup(

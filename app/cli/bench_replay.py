@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,13 +102,13 @@ def replay(corpora: Sequence[dict[str, Any]], extra: Sequence[tuple[str, dict[in
         spec = SpecParams(copy_max=int(c["spec"]["copy_max"]), sure_copies=bool(c["spec"]["sure_copies"]))
         for pid, p in c["prompts"].items():
             row: dict[str, Any] = {"corpus": c["name"], "prompt_id": pid, "tokens": len(p["reply"]), "costs": {}}
-            end = next((t for t in reversed(p["prompt"]) if t in eog), -1)  # the template's end of turn
+            end = policy_replay.template_end(p["prompt"], eog.__contains__)
+            walks = {mode: native_replay.replay(mode, p["prompt"], p["reply"], p["stopped"], p["n_predict"], end)
+                     for mode in native_replay.REPLAYED}  # the drafts are the same on every table: walked once
             for name, costs in tables:
                 lookup = policy_replay.replayed_speedup(p["prompt"], p["reply"], p["stopped"], costs, spec,
                                                         p["n_predict"], eog.__contains__)
-                native = {mode: round(native_replay.replay(mode, p["prompt"], p["reply"], p["stopped"],
-                                                           p["n_predict"], costs, end).speedup, 4)
-                          for mode in native_replay.REPLAYED}
+                native = {mode: round(walk.speedup(costs), 4) for mode, walk in walks.items()}
                 best = max(native, key=lambda m: native[m])
                 row["costs"][name] = {"lookup": round(lookup, 4),
                                       "bound": round(copy_bound.bound(p["prompt"], p["reply"], costs), 4),
@@ -130,35 +130,34 @@ def _geomean(values: Sequence[float]) -> float | None:
 
 
 def format_replay(result: dict[str, Any]) -> str:
-    names = result["tables"]
     width = max([len("prompt")] + [len(r["prompt_id"]) for r in result["rows"]]
                 + [len(f"geometric mean [{c}]") for c in result["geomean"]])
-    lines = ["lookup replayed / copy bound, in plain steps (1.00: no gain), on each corpus's row costs:",
-             "prompt".ljust(width) + "".join(f"  {n:>15}" for n in names)]
-    corpus_name = None
-    for r in result["rows"]:
-        if r["corpus"] != corpus_name:
-            corpus_name = r["corpus"]
-            lines.append(f"[{corpus_name}]")
-        lines.append(r["prompt_id"].ljust(width) + "".join(
-            f"  {r['costs'][n]['lookup']:7.3f} / {r['costs'][n]['bound']:5.2f}" for n in names))
-    for corpus_name, means in result["geomean"].items():
-        lines.append(f"geometric mean [{corpus_name}]".ljust(width) + "".join(
-            f"  {means[n]:7.3f}        " for n in names))
+    lines = ["lookup replayed / copy bound, in plain steps (1.00: no gain), on each corpus's row costs:"]
+    lines += _per_prompt(result, width, lambda c: f"{c['lookup']:7.3f} / {c['bound']:5.2f}",
+                         result["geomean"], "7.3f", 8)
     lines += ["", "lookup replayed / llama.cpp's best n-gram type replayed on the same reply and costs (which type; "
-              "under 1.00: llama.cpp's is faster):", "prompt".ljust(width) + "".join(f"  {n:>15}" for n in names)]
+              "under 1.00: llama.cpp's is faster):"]
+    lines += _per_prompt(result, width,
+                         lambda c: f"{c['vs_llama_cpp_best']:5.3f} {c['llama.cpp_best'].removeprefix('ngram-'):>9}",
+                         result["geomean_vs_llama_cpp_best"], "5.3f", 10)
+    return "\n".join(lines)
+
+
+def _per_prompt(result: dict[str, Any], width: int, cell: Callable[[dict[str, Any]], str],
+                means: dict[str, dict[str, float]], mean_format: str, pad: int) -> list[str]:
+    """A table of `cell` per prompt (rows grouped under their corpus) and cost table, then each corpus's means."""
+    names = result["tables"]
+    lines = ["prompt".ljust(width) + "".join(f"  {n:>15}" for n in names)]
     corpus_name = None
     for r in result["rows"]:
         if r["corpus"] != corpus_name:
             corpus_name = r["corpus"]
             lines.append(f"[{corpus_name}]")
-        lines.append(r["prompt_id"].ljust(width) + "".join(
-            f"  {r['costs'][n]['vs_llama_cpp_best']:5.3f} {r['costs'][n]['llama.cpp_best'].removeprefix('ngram-'):>9}"
-            for n in names))
-    for corpus_name, means in result["geomean_vs_llama_cpp_best"].items():
+        lines.append(r["prompt_id"].ljust(width) + "".join(f"  {cell(r['costs'][n])}" for n in names))
+    for corpus_name, mean in means.items():
         lines.append(f"geometric mean [{corpus_name}]".ljust(width) + "".join(
-            f"  {means[n]:5.3f}          " for n in names))
-    return "\n".join(lines)
+            f"  {mean[n]:{mean_format}}{' ' * pad}" for n in names))
+    return lines
 
 
 def _cmd_bench_replay(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ out: ngram-cache (lookup decoding's n-gram statistics; the slowest type in run 2
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from app.cli.copy_bound import row_cost
 
@@ -59,9 +59,9 @@ class _Value:
 @dataclass
 class _Key:
     idx: int
+    values: list[_Value]
     stat_idx: int = 0
     num: int = 0
-    values: list[_Value] = field(default_factory=lambda: [_Value() for _ in range(4)])
 
 
 class NgramMap:
@@ -120,7 +120,7 @@ class NgramMap:
             return []
         offset = next((i for i, k in enumerate(self.keys) if self._matches(inp, k.idx, key)), len(self.keys))
         if offset == len(self.keys):
-            self.keys.append(_Key(match, values=[_Value(n_accepted=m) for _ in range(self.MAX_VALUES)]))
+            self.keys.append(_Key(match, [_Value(n_accepted=m) for _ in range(self.MAX_VALUES)]))
         k = self.keys[offset]
         k.num = min(k.num + 1, self.MAX_COUNT)
         if self.key_only:
@@ -243,20 +243,30 @@ def drafter(mode: str) -> Drafter:
 
 @dataclass(frozen=True)
 class NativeReplay:
+    """What llama-speculative-simple's loop did on one reply. The drafts do not depend on the machine, so one walk
+    is priced on any number of cost tables."""
+
     tokens: int  # tokens the loop produced (speculative-simple's "decoded N tokens")
     drafted: int
     accepted: int
-    steps: int
-    cost: float  # in one-row passes
+    rows: tuple[int, ...]  # each verify's row count (the sampled token and its draft)
 
     @property
-    def speedup(self) -> float:
+    def steps(self) -> int:
+        return len(self.rows)
+
+    def cost(self, costs: Mapping[int, float]) -> float:
+        """In one-row passes, with `costs` in plain steps by row count."""
+        return sum(row_cost(costs, r) for r in self.rows)
+
+    def speedup(self, costs: Mapping[int, float]) -> float:
         """Against plain decoding of the same tokens, one pass each."""
-        return self.tokens / self.cost if self.cost > 0 else 1.0
+        spent = self.cost(costs)
+        return self.tokens / spent if spent > 0 else 1.0
 
 
 def replay(mode: str, prompt: Sequence[int], reply: Sequence[int], stopped: bool, n_predict: int,
-           costs: Mapping[int, float], eog: int = -1) -> NativeReplay:
+           eog: int = -1) -> NativeReplay:
     """llama-speculative-simple's loop with `mode`'s drafter writing `reply` (greedy) after `prompt`.
 
     `stopped`: the reply ended with the end-of-generation token `eog` (one more, not in `reply`; a copy of an
@@ -271,8 +281,8 @@ def replay(mode: str, prompt: Sequence[int], reply: Sequence[int], stopped: bool
     context = list(prompt[:-1])
     last = prompt[-1]
     d.begin(context)
-    done = drafted = accepted = steps = 0
-    cost = 0.0
+    done = drafted = accepted = 0
+    rows: list[int] = []
     while True:
         left = max(n_predict - done - 1, 0)
         draft = d.draft(context, last)
@@ -284,8 +294,7 @@ def replay(mode: str, prompt: Sequence[int], reply: Sequence[int], stopped: bool
                 break  # common_sampler_sample_and_accept_n: an end of turn mid-draft is the target's, not accepted
             n_ok += 1
         ids = want[done:done + n_ok + 1]
-        cost += row_cost(costs, 1 + len(draft))
-        steps += 1
+        rows.append(1 + len(draft))
         d.accept(n_ok)
         drafted += len(draft)
         accepted += n_ok
@@ -297,4 +306,4 @@ def replay(mode: str, prompt: Sequence[int], reply: Sequence[int], stopped: bool
         done += len(ids)
         if done > n_predict or done >= len(want) or not ids:
             break
-    return NativeReplay(done, drafted, accepted, steps, cost)
+    return NativeReplay(done, drafted, accepted, tuple(rows))

@@ -105,6 +105,12 @@ class StandInTarget:
         return common
 
 
+def template_end(prompt: Sequence[int], is_eog: Callable[[int], bool], default: int = -1) -> int:
+    """The chat template's end-of-turn token: the last end-of-generation token in the prompt (what a reply that
+    stopped ended with), or `default` when the prompt has none."""
+    return next((t for t in reversed(prompt) if is_eog(t)), default)
+
+
 def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs: Mapping[int, float], mode: str,
               spec: SpecParams, n_predict: int | None = None, is_eog: Callable[[int], bool] | None = None) -> float:
     """The decode time of `mode` ("none" or "lookup") writing `reply` after `prompt`, in plain-step ms. `stopped`:
@@ -116,7 +122,7 @@ def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs:
     of turn is cut there as in real runs; without it, a token of no vocabulary ends the reply."""
     eog = max(max(prompt, default=0), max(reply, default=0)) + 1
     if is_eog is not None:
-        eog = next((t for t in reversed(prompt) if is_eog(t)), eog)
+        eog = template_end(prompt, is_eog, eog)
     clock = _Clock()
     target = StandInTarget([*prompt, *reply, eog], eog, costs, clock, is_eog=is_eog)
     drafter = LookupDrafter() if mode == "lookup" else NoDrafter()
