@@ -28,6 +28,7 @@ import device_costs  # noqa: E402
 import engine_runs  # noqa: E402
 import gguf_headers  # noqa: E402
 import memory_check  # noqa: E402
+import native_compare  # noqa: E402
 import replay  # noqa: E402
 import report_md  # noqa: E402
 import synth_gguf  # noqa: E402
@@ -51,12 +52,14 @@ class Plan:
         # one-layer model's compute buffer is not the one the prediction models.
         self.scale = {"target-1.5b": 4, "draft-0.5b": 4, "target-7b": 2, "agree-target": 6} if dry else {}
         self.contexts = [2048, 8192, 32768]
-        self.rows = [*range(1, 18), 24, 32]  # K up to 16 needs 17 rows; long copies (K up to 31) 32
+        # K up to 16 needs 17 rows; long copies (K up to 31) 32; llama.cpp's n-gram types verify 48-64
+        self.rows = [*range(1, 18), 24, 32, 48, 64]
         self.reps = 1 if dry else 7
         every = list(range(1, 17))
         self.identity_rows = dict.fromkeys(("target-1.5b", "target-7b"), [1, 2, 4, 8, 16] if dry else every)
         self.n_predict = 24 if dry else 256
         self.threads = 2 if dry else 0
+        self.native_predict, self.native_repeat = (16, 1) if dry else (128, 3)
 
 
 class Run:
@@ -115,6 +118,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--models", type=Path,
                         default=Path(os.environ.get("GPU_CHECK_MODELS", "/tmp/specchat-gpu-kit")))
     parser.add_argument("--traces", type=Path, default=HERE / "acceptance_traces.json")
+    parser.add_argument("--native", type=Path,
+                        default=Path(os.environ.get("GPU_KIT_NATIVE", HERE / "carry" / "native")),
+                        help="llama.cpp's llama-completion and llama-speculative-simple, built from the pinned sdist")
     args = parser.parse_args(argv)
     plan = Plan(args.dry_run)
     run = Run(args.out, args.budget_s, plan)
@@ -211,6 +217,26 @@ def main(argv: list[str]) -> int:
                        for pair, modes in rep.get("predicted_speedup", {}).items()},
         }
 
+    def native() -> None:
+        tools = native_compare.tools_dir(args.native)
+        if tools is None:
+            rep["native"] = {"skipped": f"no llama.cpp tools in {args.native} (prepare.sh with LLAMA_TOOLS=DIR)"}
+            return
+        rep["native"] = {}
+        for pair in native_compare.PAIRS:
+            if run.left() < 25:
+                rep["native"][pair] = {"skipped": f"{run.left():.0f} s left"}
+                continue
+            target, draft = PAIRS[pair]
+            try:
+                rep["native"][pair] = native_compare.run_pair(
+                    pair, models[target], models[draft], tools, args.out, ROOT, n_predict=plan.native_predict,
+                    repeat=plan.native_repeat, threads=plan.threads, timeout_s=max(run.left() - 5, 10))
+            except Exception as exc:  # noqa: BLE001 - the next pair still runs
+                rep["native"][pair] = {"failed": f"{type(exc).__name__}: {exc}"}
+                rep["errors"][f"native {pair}"] = traceback.format_exc()
+            run.save()
+
     run.phase("environment", 1, environment)
     if rep["errors"] and not args.dry_run:
         return 1  # the full-size models on a CPU would only spend the window
@@ -220,6 +246,7 @@ def main(argv: list[str]) -> int:
     run.phase("engine", 20, engine)
     run.phase("speedups", 2, speedups)
     run.phase("governor", 0, governor)
+    run.phase("native", 25, native)  # last: issue 12's fields come first
     rep["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     run.save()
     print((args.out / "report.md").read_text())

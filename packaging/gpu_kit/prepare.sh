@@ -2,12 +2,14 @@
 # Everything the GPU run needs that the GPU machine cannot fetch, into packaging/gpu_kit/carry/
 # (git-ignored; the device tool's `carry` takes it along):
 #
-#     bash packaging/gpu_kit/prepare.sh      # here, with a network and the demo pair; ~20 min the first time
+#     [LLAMA_TOOLS=DIR] bash packaging/gpu_kit/prepare.sh   # here, with a network and the demo pair;
+#                                                            # ~20-45 min the first time
 #
 # - wheels/: the CUDA build of llama-cpp-python (build_cuda_wheel.sh, cached) and the pure-Python
 #   packages SpecChat's engine imports that the GPU image lacks (gguf, diskcache, platformdirs; it
 #   has numpy, jinja2, psutil, pyyaml, tqdm, requests and nvidia-ml-py), at the versions of .venv;
-# - headers/: the demo pair's GGUF metadata, tokenizer and tensor table (gguf_headers.py).
+# - headers/: the demo pair's GGUF metadata, tokenizer and tensor table (gguf_headers.py);
+# - native/: with LLAMA_TOOLS=DIR, llama.cpp's llama-completion and llama-speculative-simple (6 MB).
 # Then prints what will travel, which must stay under 64 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,4 +24,14 @@ for name in gguf diskcache platformdirs; do
     "$py" -m pip download -q --no-deps --only-binary=:all: -d "$kit/carry/wheels" "$name==$version"
 done
 PYTHONPATH=. "$py" "$kit/gguf_headers.py" "$kit/carry/headers"
+# llama.cpp's own tools for the check's last phase, where LLAMA_TOOLS names the folder they were built in
+# (from the pinned sdist, as docs/BENCHMARKS.md says). They travel without their libraries: there
+# they load the CUDA wheel's libllama and libggml, the same source.
+if [ -n "${LLAMA_TOOLS:-}" ]; then
+  mkdir -p "$kit/carry/native"
+  for f in llama-completion llama-speculative-simple libllama-completion-impl.so; do
+    cp "$LLAMA_TOOLS/$f" "$kit/carry/native/$f"
+  done
+  cp -L "$LLAMA_TOOLS/libllama-common.so.0" "$kit/carry/native/libllama-common.so.0"  # a file, not a link
+fi
 "$py" "$kit/carry_size.py"

@@ -21,7 +21,7 @@ def render(r: dict) -> str:
     for name, p in r.get("phases", {}).items():
         out.append(f"| {name} | " + (f"{p['seconds']} s" if "seconds" in p and "failed" not in p else
                                      p.get("failed") or p.get("skipped", "")) + " |")
-    out += _memory(r) + _verify(r) + _identity(r) + _engine(r) + _speedup(r)
+    out += _memory(r) + _verify(r) + _identity(r) + _engine(r) + _speedup(r) + _native(r)
     return "\n".join(out) + "\n"
 
 
@@ -108,4 +108,27 @@ def _speedup(r: dict) -> list[str]:
         for mode, p in modes.items():
             out.append(f"| {pair} | {mode} | {p['governed']}x | {p['best_fixed']}x (K={p['best_fixed_k']}) | "
                        f"{p['drafting_pays']} | {p['governor_ok']} | {p['replies_drafting_at_end']}/{p['replies']} |")
+    return out
+
+
+def _native(r: dict) -> list[str]:
+    nat = r.get("native") or {}
+    if not nat:
+        return []
+    if "skipped" in nat:
+        return ["", f"## llama.cpp's own tools: skipped ({nat['skipped']})"]
+    out = ["", "## SpecChat against llama.cpp's own tools on the same kernels (`specchat bench --native`, greedy)", "",
+           "| pair | mode | median tok/s | vs llama.cpp plain: median [min, max] | identical | accepted/drafted |",
+           "|---|---|---|---|---|---|"]
+    for pair, p in nat.items():
+        if "modes" not in p:
+            out.append(f"| {pair} | {p.get('failed') or p.get('skipped')} | | | | |")
+            continue
+        for mode, m in p["modes"].items():
+            tps = m.get("median_tokens_per_second")
+            ratio = m.get("median_speedup_vs_llama_cpp")
+            span = (f"{ratio:.3f} [{m['min_speedup_vs_llama_cpp']:.3f}, {m['max_speedup_vs_llama_cpp']:.3f}]"
+                    if ratio is not None else "–")
+            out.append(f"| {pair} | {mode} | {tps:.1f} | {span} | {m.get('identical')}/{m.get('prompts')} | "
+                       f"{m.get('accepted')}/{m.get('drafted')} |")
     return out
