@@ -18,7 +18,7 @@ py=.venv/bin/python
 [ -x "$py" ] || { echo "prepare: run 'python3 bootstrap.py test' first (it makes .venv and fetches the demo pair)" >&2; exit 2; }
 bash "$kit/build_cuda_wheel.sh"
 mkdir -p "$kit/carry/wheels"
-for name in gguf diskcache platformdirs; do
+for name in gguf diskcache platformdirs httpx2 httpcore2 truststore; do
   version=$("$py" -c "from importlib.metadata import version; print(version('$name'))")
   ls "$kit"/carry/wheels/"$name"-"$version"-*.whl >/dev/null 2>&1 ||
     "$py" -m pip download -q --no-deps --only-binary=:all: -d "$kit/carry/wheels" "$name==$version"
