@@ -202,6 +202,11 @@ def _ngram_draft(lookup: PromptLookup, context: list[int], k: int, sampling: Sam
     return _copy_as_draft(proposal.tokens, sampling, start)
 
 
+# A step's catch-up (the last draft token, the correction or bonus) is one to a few tokens; a longer tail (a new
+# prompt) goes as one batch.
+CATCH_UP_ONE_ROW_MAX = 8
+
+
 class ModelDrafter:
     """Drafts with a small model. Stops early when its confidence falls below p_min. With penalties, each
     draft position is penalised as the target will penalise it (context plus the tokens drafted before
@@ -215,6 +220,7 @@ class ModelDrafter:
         self.ctx = ctx
         self.p_min = p_min
         self.draft_min = draft_min
+        self.one_row_catch_up = False  # SpecParams.steady_shapes: drafting's one-row passes keep their CUDA graph
         self._agreed = 0
         self._window: PenaltyWindow | None = None
 
@@ -237,7 +243,12 @@ class ModelDrafter:
         """Bring the draft cache to `context`: keep the common prefix, decode only the rest."""
         # The last token is decoded again even when cached: its logits are what the draft starts from.
         common = self.ctx.keep_common_prefix(context[:-1], known=self._agreed)
-        self.ctx.decode(context[common:], logits_for="last")
+        tail = context[common:]
+        if self.one_row_catch_up and len(tail) <= CATCH_UP_ONE_ROW_MAX:
+            for token in tail:
+                self.ctx.decode([token], logits_for="last")
+        else:
+            self.ctx.decode(tail, logits_for="last")
         # Within a reply the context only grows, so what agrees now still agrees at the next step.
         self._agreed = len(context)
 

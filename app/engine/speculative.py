@@ -70,6 +70,12 @@ class SpecParams:
     # expected rate. What resolve_spec picks on the CPU, where a 16-row verify costs 6.7 plain steps and a long
     # copy that fails early loses more than the copy governor's successes win (docs/BENCHMARKS.md, runs 6-11).
     sure_copies: bool = False
+    # Keep the passes' shapes steady: a model draft cut short (p-min, an end of turn) is verified padded to
+    # K + 1 rows, and the draft cache catches up one row at a time. On CUDA llama.cpp replays a captured graph
+    # only after two calls of one shape, so each change of shape costs two passes launched kernel by kernel:
+    # 2-3x a small model's step on an H200, more than the padded rows (docs/GPU.md). None: what resolve_spec
+    # picks, on where the target runs on CUDA (the engine reads None as off).
+    steady_shapes: bool | None = None
 
 
 @dataclass(slots=True)
@@ -192,7 +198,7 @@ class SpecEngine:
                 from_prompt = first is not None and tally.steps == 0
                 if from_prompt:
                     # The prompt's own pass gave this row (see _prefill): nothing to draft, decode or time.
-                    draft, k, copying, verify_ms = NO_DRAFT, 0, False, 0.0
+                    draft, k, copying, verify_ms, pad = NO_DRAFT, 0, False, 0.0, 0
                     n_before, rows = self.target.n_past - 1, first
                 else:
                     # Rows n_past..n_past+K must fit, and the reply (prompt + tokens) must too: the next
@@ -215,8 +221,11 @@ class SpecEngine:
                                 draft, k = offer, len(offer.tokens)
                     draft = _end_at_eog(draft, self.model.is_eog)
                     n_before, rows = self.target.n_past, None
+                    # Rows past the draft are never read, and the rollback below drops them with the rejected.
+                    pad = k - len(draft.tokens) if spec.steady_shapes and not copying else 0
+                    filler = [draft.tokens[-1] if draft.tokens else context[-1]] * pad
                     t_verify = self.clock()
-                    self.target.decode([context[-1], *draft.tokens], logits_for="all")
+                    self.target.decode([context[-1], *draft.tokens, *filler], logits_for="all")
                     verify_ms = (self.clock() - t_verify) * 1000.0
                 if window is not None:
                     window.sync(context)
@@ -234,8 +243,9 @@ class SpecEngine:
                 if not from_prompt:
                     # The draft governor learns from every step, copies included (its pooled evidence is what it
                     # judged by before long copies had a governor); the copy governor from the copies alone.
-                    events.append(governor.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens),
-                                                   accepted, draft.ms, self.drafter.costs_time, k_asked=k))
+                    rows_decoded = len(draft.tokens) + 1 + pad
+                    events.append(governor.observe(step, rows_decoded, verify_ms, len(draft.tokens), accepted,
+                                                   draft.ms, self.drafter.costs_time, k_asked=k))
                     if copies is not None and copying:
                         events.append(copies.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens),
                                                      accepted, draft.ms, False, k_asked=k))

@@ -22,17 +22,22 @@ sys.path[:0] = [str(HERE.parents[1])]
 from engine_runs import _generate, _prompt  # noqa: E402
 
 from app.engine.drafters import COPY_MAX_AUTO  # noqa: E402
+from app.engine.events import FinishEvent, StepEvent, TokenEvent  # noqa: E402
 from app.engine.pair_config import PairConfig  # noqa: E402
 from app.engine.session import GenParams, SpecSession  # noqa: E402
 from app.engine.speculative import SpecParams  # noqa: E402
 
 PAIRS = {"agreeing-0.5b/2-layer": ("agree-target", "agree-draft"), "1.5b/0.5b": ("target-1.5b", "draft-0.5b")}
-RUNS = {
-    "none": GenParams(mode="none"),
-    "draft-fixed-k3": GenParams(mode="draft", spec=SpecParams(adaptive=False, draft_max=3)),
-    "draft": GenParams(mode="draft", spec=SpecParams(copy_max=COPY_MAX_AUTO)),
-    "hybrid": GenParams(mode="hybrid", spec=SpecParams(copy_max=COPY_MAX_AUTO)),
-}
+# Each drafting run twice: with the shapes as this device's default picks (steady on CUDA) and without.
+RUNS = {"none": GenParams(mode="none")}
+for _steady in (None, False):
+    _tag = "" if _steady is None else "-unsteady"
+    RUNS |= {
+        f"draft-fixed-k3{_tag}": GenParams(mode="draft", spec=SpecParams(adaptive=False, draft_max=3,
+                                                                          steady_shapes=_steady)),
+        f"draft{_tag}": GenParams(mode="draft", spec=SpecParams(copy_max=COPY_MAX_AUTO, steady_shapes=_steady)),
+        f"hybrid{_tag}": GenParams(mode="hybrid", spec=SpecParams(copy_max=COPY_MAX_AUTO, steady_shapes=_steady)),
+    }
 
 
 def trace(target: Path, draft: Path, n_predict: int, threads: int) -> dict:
@@ -43,9 +48,12 @@ def trace(target: Path, draft: Path, n_predict: int, threads: int) -> dict:
         for name, params in RUNS.items():
             _generate(session, prompt[:32], replace(params, n_predict=8))  # warm-up
             start = time.perf_counter()
-            finish, steps = _generate(session, prompt, replace(params, n_predict=n_predict))
+            events = list(session.generate(prompt, replace(params, n_predict=n_predict)))
+            finish = next(e for e in events if isinstance(e, FinishEvent))
+            steps = [e for e in events if isinstance(e, StepEvent)]
             s = finish.stats
             out[name] = {
+                "tokens": [e.token_id for e in events if isinstance(e, TokenEvent)],
                 "wall_s": round(time.perf_counter() - start, 4), "tokens_per_second": round(s.tokens_per_second, 1),
                 "decode_ms": round(s.decode_ms, 2), "draft_ms": round(s.draft_ms, 2),
                 "verify_ms": round(s.verify_ms, 2), "other_ms": round(s.other_ms, 2),
@@ -70,10 +78,14 @@ def main(argv: list[str]) -> int:
     for pair, (target, draft) in PAIRS.items():
         report[pair] = trace(args.models / f"{target}{suffix}.gguf", args.models / f"{draft}{suffix}.gguf",
                              24 if args.dry_run else 256, 2 if args.dry_run else 0)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+        plain = report[pair]["none"]["tokens"]
         for name, r in report[pair].items():
+            r["same_as_none"] = r["tokens"] == plain
+            r["parts_at"] = next((i for i, (a, b) in enumerate(zip(r["tokens"], plain, strict=False)) if a != b), None)
             print(f"{pair} {name}: {r['tokens_per_second']} tok/s, draft {r['draft_ms']} verify {r['verify_ms']} "
-                  f"other {r['other_ms']} ms, {r['accepted']}/{r['drafted']}", flush=True)
+                  f"other {r['other_ms']} ms, {r['accepted']}/{r['drafted']}, same as none: {r['same_as_none']} "
+                  f"(parts at {r['parts_at']})", flush=True)
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
     return 0
 
 
