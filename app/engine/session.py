@@ -3,7 +3,6 @@ tests hold. Create, use and close it on one thread (the one that owns the llama 
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +36,6 @@ from app.llama_backend import (
     rpc,
     supports_gpu_offload,
 )
-from app.llama_backend import devices as llama_devices
 from app.models import chat_template
 from app.models.pair_doctor import check_pair
 
@@ -100,18 +98,12 @@ class SpecSession:
     def target_on_gpu(self) -> bool:
         return supports_gpu_offload() and self.config.n_gpu_layers != 0
 
-    @functools.cached_property
-    def target_on_cuda(self) -> bool:
-        """CUDA runs the target: its graph replay wants steady batch shapes (SpecParams.steady_shapes)."""
-        return self.target_on_gpu and any("cuda" in name.lower() for name in llama_devices.backends())
-
     def resolve_spec(self, spec: SpecParams) -> SpecParams:
         """The speculation settings a reply runs with: "auto" values resolved for this session, and long copies
         judged as this device pays for them: by the copy governor where the target runs on a GPU, as sure
         copies only on the CPU (drafters.AUTO_COPY_MAX)."""
         copy_max = AUTO_COPY_MAX if spec.copy_max < 0 else spec.copy_max
-        return replace(spec, copy_max=copy_max, sure_copies=not self.target_on_gpu,
-                       steady_shapes=self.target_on_cuda if spec.steady_shapes is None else spec.steady_shapes)
+        return replace(spec, copy_max=copy_max, sure_copies=not self.target_on_gpu)
 
     def _engine(self, mode: str, spec: SpecParams) -> SpecEngine:
         if mode not in CHOICES:
@@ -137,7 +129,7 @@ class SpecSession:
         model_drafter = engine.drafter.model if isinstance(engine.drafter, HybridDrafter) else engine.drafter
         if isinstance(model_drafter, ModelDrafter):
             model_drafter.p_min, model_drafter.draft_min = spec.p_min, spec.draft_min
-            model_drafter.one_row_catch_up = bool(spec.steady_shapes)
+            model_drafter.one_row_catch_up = spec.steady_shapes
         return engine
 
     def device_layers(self) -> list[dict[str, Any]]:

@@ -70,12 +70,13 @@ class SpecParams:
     # expected rate. What resolve_spec picks on the CPU, where a 16-row verify costs 6.7 plain steps and a long
     # copy that fails early loses more than the copy governor's successes win (docs/BENCHMARKS.md, runs 6-11).
     sure_copies: bool = False
-    # Keep the passes' shapes steady: a model draft cut short (p-min, an end of turn) is verified padded to
-    # K + 1 rows, and the draft cache catches up one row at a time. On CUDA llama.cpp replays a captured graph
-    # only after two calls of one shape, so each change of shape costs two passes launched kernel by kernel:
-    # 2-3x a small model's step on an H200, more than the padded rows (docs/GPU.md). None: what resolve_spec
-    # picks, on where the target runs on CUDA (the engine reads None as off).
-    steady_shapes: bool | None = None
+    # Keep the passes' shapes steady: a draft cut short (p-min, an end of turn, a short n-gram match) is verified
+    # padded to K + 1 rows, and the draft cache catches up one row at a time. On CUDA llama.cpp replays a
+    # captured graph only after two calls of one shape, so each change of shape costs two passes launched
+    # kernel by kernel, 2-3x a small model's step on an H200. Off by default: on the H200 it made fixed-K
+    # drafting's verify passes 2.2x faster, but the adaptive modes were not faster with it, and the version
+    # without its measured flaw (empty drafts padded too) awaits a GPU run (docs/GPU.md).
+    steady_shapes: bool = False
 
 
 @dataclass(slots=True)
@@ -222,10 +223,11 @@ class SpecEngine:
                     draft = _end_at_eog(draft, self.model.is_eog)
                     n_before, rows = self.target.n_past, None
                     # Rows past the draft are never read, and the rollback below drops them with the rejected.
-                    pad = k - len(draft.tokens) if spec.steady_shapes and not copying else 0
-                    filler = [draft.tokens[-1] if draft.tokens else context[-1]] * pad
+                    # An empty draft stays a one-row step: padding it made lookup, which often finds nothing, pay
+                    # K + 1 rows a step (0.72x on the H200, docs/GPU.md).
+                    pad = k - len(draft.tokens) if spec.steady_shapes and not copying and draft.tokens else 0
                     t_verify = self.clock()
-                    self.target.decode([context[-1], *draft.tokens, *filler], logits_for="all")
+                    self.target.decode([context[-1], *draft.tokens, *draft.tokens[-1:] * pad], logits_for="all")
                     verify_ms = (self.clock() - t_verify) * 1000.0
                 if window is not None:
                     window.sync(context)

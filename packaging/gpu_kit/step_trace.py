@@ -28,10 +28,10 @@ from app.engine.session import GenParams, SpecSession  # noqa: E402
 from app.engine.speculative import SpecParams  # noqa: E402
 
 PAIRS = {"agreeing-0.5b/2-layer": ("agree-target", "agree-draft"), "1.5b/0.5b": ("target-1.5b", "draft-0.5b")}
-# Each drafting run twice: with the shapes as this device's default picks (steady on CUDA) and without.
+# Each drafting run twice: with the default shapes and with SpecParams.steady_shapes.
 RUNS = {"none": GenParams(mode="none")}
-for _steady in (None, False):
-    _tag = "" if _steady is None else "-unsteady"
+for _steady in (False, True):
+    _tag = "-steady" if _steady else ""
     RUNS |= {
         f"draft-fixed-k3{_tag}": GenParams(mode="draft", spec=SpecParams(adaptive=False, draft_max=3,
                                                                           steady_shapes=_steady)),
