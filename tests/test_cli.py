@@ -118,6 +118,18 @@ def test_copy_max_flag_takes_auto_a_k_or_the_setting():
     assert _copy_max(None, 9) == 9 and _copy_max(None, COPY_MAX_AUTO) == COPY_MAX_AUTO
 
 
+def test_steady_shapes_flag_reaches_the_engine_params():
+    from app.cli.main import build_parser
+    from app.cli.options import gen_params
+    from app.settings import Settings
+
+    parser = build_parser()
+    for argv, expected in ((["bench", "--steady-shapes"], True), (["bench"], False),
+                           (["generate", "-p", "hi", "--steady-shapes"], True)):
+        args = parser.parse_args(argv)
+        assert gen_params(args, Settings(), has_draft=False).spec.steady_shapes is expected, argv
+
+
 def test_bad_prompts_file(smol_path, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "x"}\nnot json\n')

@@ -68,6 +68,9 @@ def add_generation_args(parser: argparse.ArgumentParser) -> None:
                    "up to --draft-max; default auto: 31). Where the target runs on a GPU a governor of their own "
                    "judges them; on the CPU only sure copies are taken (README)")
     g.add_argument("--no-adapt", action="store_true", help="fixed K: the governor neither shrinks K nor stops drafting")
+    g.add_argument("--steady-shapes", action="store_true", help="verify a draft cut short padded to K + 1 rows and "
+                   "catch the draft model up one row at a time, so CUDA keeps replaying its captured graphs "
+                   "(measured on an H200 in docs/GPU.md; off by default)")
     g = parser.add_argument_group("sampling", "a preset, then any of these flags on top of it (llama.cpp's names)")
     g.add_argument("--sampling", choices=settings_mod.SAMPLING_PRESETS, default=None,
                    help="recommended: the target model's recommended sampling (its GGUF's general.sampling keys, "
@@ -190,5 +193,6 @@ def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_dr
             adaptive=s.adaptive and not args.no_adapt,
             one_token_kernels=not getattr(args, "wide_verify", False),
             copy_max=copy_max,
+            steady_shapes=bool(getattr(args, "steady_shapes", False)),
         ),
     )
