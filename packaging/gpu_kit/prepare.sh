@@ -6,8 +6,9 @@
 #                                                            # ~20-45 min the first time
 #
 # - wheels/: the CUDA build of llama-cpp-python (build_cuda_wheel.sh, cached) and the pure-Python
-#   packages SpecChat's engine imports that the GPU image lacks (gguf, diskcache, platformdirs; it
-#   has numpy, jinja2, psutil, pyyaml, tqdm, requests and nvidia-ml-py), at the versions of .venv;
+#   packages SpecChat imports that the GPU image lacks (gguf, diskcache, platformdirs, and httpx2 with
+#   httpcore2 and truststore for the CLI's hub module; it has numpy, jinja2, psutil, pyyaml, tqdm,
+#   requests and nvidia-ml-py), at the versions of .venv;
 # - headers/: the demo pair's GGUF metadata, tokenizer and tensor table (gguf_headers.py);
 # - native/: with LLAMA_TOOLS=DIR, llama.cpp's llama-completion and llama-speculative-simple (6 MB).
 # Then prints what will travel, which must stay under 64 MiB.
