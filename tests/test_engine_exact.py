@@ -60,16 +60,21 @@ def _check_matches_plain(session, runs, mode: str, bound: float, sampling: Sampl
         spec = run_once(session, prompt, params)
         drafted += spec.stats.drafted
         accepted += spec.stats.accepted
-        divergence = first_divergence(plain, spec)
-        if divergence is not None:
-            assert divergence.margin < bound, (
-                f"{mode} parted from plain decoding on {item_id!r} at token {divergence.position} where the "
-                f"plain run's top-two margin was {divergence.margin:.4f} (not a near-tie): a real bug"
-            )
-        else:
-            assert spec.tokens == plain.tokens
-            assert spec.text == plain.text
+        _assert_matches_plain(plain, spec, f"{mode} on {item_id!r}", bound)
     assert drafted > 0 and accepted > 0, f"{mode} never drafted or never had a draft accepted"
+
+
+def _assert_matches_plain(plain: FinishEvent, spec: FinishEvent, what: str, bound: float) -> None:
+    """Token-identical to plain decoding, or parted only where plain's top-two margin was under `bound`."""
+    divergence = first_divergence(plain, spec)
+    if divergence is not None:
+        assert divergence.margin < bound, (
+            f"{what} parted from plain decoding at token {divergence.position} where the plain run's top-two "
+            f"margin was {divergence.margin:.4f} (not a near-tie): a real bug"
+        )
+    else:
+        assert spec.tokens == plain.tokens
+        assert spec.text == plain.text
 
 
 @pytest.mark.parametrize("mode", ["draft", "lookup", "hybrid"])
@@ -97,13 +102,7 @@ def test_steady_shapes_pad_short_drafts_and_still_match_plain(strict_session, st
         events = list(strict_session.generate(prompt, params))
         finish = next(e for e in events if isinstance(e, FinishEvent))
         padded += sum(0 < len(e.drafted) < e.k and not e.copy for e in events if isinstance(e, StepEvent))
-        divergence = first_divergence(plain, finish)
-        if divergence is not None:
-            assert divergence.margin < NEAR_TIE_MARGIN, (
-                f"{mode} with steady shapes parted from plain decoding on {item_id!r} at token "
-                f"{divergence.position}, margin {divergence.margin:.4f}: the padding leaked into the reply")
-        else:
-            assert finish.tokens == plain.tokens
+        _assert_matches_plain(plain, finish, f"{mode} with steady shapes on {item_id!r}", NEAR_TIE_MARGIN)
     assert padded > 0, "no draft was cut short, so no verify was padded: the test checked nothing"
 
 

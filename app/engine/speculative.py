@@ -199,7 +199,7 @@ class SpecEngine:
                 from_prompt = first is not None and tally.steps == 0
                 if from_prompt:
                     # The prompt's own pass gave this row (see _prefill): nothing to draft, decode or time.
-                    draft, k, copying, verify_ms, pad = NO_DRAFT, 0, False, 0.0, 0
+                    draft, k, copying, verify_ms = NO_DRAFT, 0, False, 0.0
                     n_before, rows = self.target.n_past - 1, first
                 else:
                     # Rows n_past..n_past+K must fit, and the reply (prompt + tokens) must too: the next
@@ -249,8 +249,8 @@ class SpecEngine:
                     events.append(governor.observe(step, rows_decoded, verify_ms, len(draft.tokens), accepted,
                                                    draft.ms, self.drafter.costs_time, k_asked=k))
                     if copies is not None and copying:
-                        events.append(copies.observe(step, len(draft.tokens) + 1, verify_ms, len(draft.tokens),
-                                                     accepted, draft.ms, False, k_asked=k))
+                        events.append(copies.observe(step, rows_decoded, verify_ms, len(draft.tokens), accepted,
+                                                     draft.ms, False, k_asked=k))
                     elif copies is not None:
                         copies.idle(accepted + 1)
 

@@ -223,18 +223,13 @@ def main(argv: list[str]) -> int:
             rep["native"] = {"skipped": f"no llama.cpp tools in {args.native} (prepare.sh with LLAMA_TOOLS=DIR)"}
             return
         rep["native"] = {}
-        for pair in native_compare.PAIRS:
-            if run.left() < 25:
-                rep["native"][pair] = {"skipped": f"{run.left():.0f} s left"}
-                continue
-            target, draft = PAIRS[pair]
-            try:
-                rep["native"][pair] = native_compare.run_pair(
-                    pair, models[target], models[draft], tools, args.out, ROOT, n_predict=plan.native_predict,
-                    repeat=plan.native_repeat, threads=plan.threads, timeout_s=max(run.left() - 5, 10))
-            except Exception as exc:  # noqa: BLE001 - the next pair still runs
-                rep["native"][pair] = {"failed": f"{type(exc).__name__}: {exc}"}
-                rep["errors"][f"native {pair}"] = traceback.format_exc()
+        pairs = {pair: (models[PAIRS[pair][0]], models[PAIRS[pair][1]]) for pair in native_compare.PAIRS}
+        for pair, result, error in native_compare.run_pairs(pairs, tools, args.out, ROOT, n_predict=plan.native_predict,
+                                                            repeat=plan.native_repeat, threads=plan.threads,
+                                                            left=run.left):
+            rep["native"][pair] = result
+            if error is not None:
+                rep["errors"][f"native {pair}"] = error
             run.save()
 
     run.phase("environment", 1, environment)
@@ -246,7 +241,7 @@ def main(argv: list[str]) -> int:
     run.phase("engine", 20, engine)
     run.phase("speedups", 2, speedups)
     run.phase("governor", 0, governor)
-    run.phase("native", 25, native)  # last: issue 12's fields come first
+    run.phase("native", native_compare.MIN_LEFT_S, native)  # last: issue 12's fields come first
     rep["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     run.save()
     print((args.out / "report.md").read_text())

@@ -14,6 +14,8 @@ import os
 import subprocess
 import sys
 import time
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 TOOLS = ("llama-completion", "llama-speculative-simple")
@@ -26,6 +28,7 @@ PAIRS = {
     "agreeing-0.5b/2-layer": {"prompts": ("code-refactor",), "modes": "none,auto,draft,lookup",
                               "native_modes": "plain,draft-simple,ngram-simple"},
 }
+MIN_LEFT_S = 25  # a pair's bench needs about this much at the least (loads, warm-up, one round)
 SUMMARY_KEYS = ("median_tokens_per_second", "median_speedup_vs_llama_cpp", "min_speedup_vs_llama_cpp",
                 "max_speedup_vs_llama_cpp", "identical", "prompts", "drafted", "accepted", "acceptance_rate",
                 "median_engine_overhead")
@@ -86,3 +89,19 @@ def run_pair(pair: str, target: Path, draft: Path, tools: Path, out: Path, root:
         "modes": {mode: {k: s.get(k) for k in SUMMARY_KEYS} for mode, s in report["summary"].items()},
         "per_prompt": {f"{r['prompt_id']}:{r['mode']}": r.get("speedup_vs_llama_cpp") for r in report["runs"]},
     }
+
+
+def run_pairs(pairs: dict[str, tuple[Path, Path]], tools: Path, out: Path, root: Path, *, n_predict: int, repeat: int,
+              threads: int, left: Callable[[], float]) -> Iterator[tuple[str, dict, str | None]]:
+    """run_pair on each (target, draft) pair while `left()` seconds allow: (pair, result, traceback or None).
+
+    A pair that fails or finds too little time left is reported as such, and the next one still runs."""
+    for pair, (target, draft) in pairs.items():
+        if left() < MIN_LEFT_S:
+            yield pair, {"skipped": f"{left():.0f} s left"}, None
+            continue
+        try:
+            yield pair, run_pair(pair, target, draft, tools, out, root, n_predict=n_predict, repeat=repeat,
+                                 threads=threads, timeout_s=max(left() - 5, 10)), None
+        except Exception as exc:  # noqa: BLE001 - the next pair still runs
+            yield pair, {"failed": f"{type(exc).__name__}: {exc}"}, traceback.format_exc()

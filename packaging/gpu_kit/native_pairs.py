@@ -13,8 +13,9 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
 import native_compare  # noqa: E402
+from step_trace import PAIRS  # noqa: E402  (the same two pairs)
 
-PAIRS = {"agreeing-0.5b/2-layer": ("agree-target", "agree-draft"), "1.5b/0.5b": ("target-1.5b", "draft-0.5b")}
+TIMEOUT_S = 150  # per pair; no budget otherwise
 
 
 def main(argv: list[str]) -> int:
@@ -23,13 +24,14 @@ def main(argv: list[str]) -> int:
     tools = Path(__file__).resolve().parent / "carry" / "native"
     root = Path(__file__).resolve().parents[2]
     results: dict = {}
-    for pair, (target, draft) in PAIRS.items():
-        try:
-            results[pair] = native_compare.run_pair(
-                pair, models / f"{target}{suffix}.gguf", models / f"{draft}{suffix}.gguf", tools, out, root,
-                n_predict=128, repeat=1 if suffix else 3, threads=2 if suffix else 0, timeout_s=150)
-        except Exception as exc:  # noqa: BLE001 - the next pair still runs
-            results[pair] = {"failed": repr(exc)}
+    pairs = {pair: (models / f"{target}{suffix}.gguf", models / f"{draft}{suffix}.gguf")
+             for pair, (target, draft) in PAIRS.items()}
+    for pair, result, error in native_compare.run_pairs(pairs, tools, out, root, n_predict=128,
+                                                        repeat=1 if suffix else 3, threads=2 if suffix else 0,
+                                                        left=lambda: TIMEOUT_S + 5):
+        results[pair] = result
+        if error is not None:
+            print(error, file=sys.stderr, flush=True)
         (out / "native.json").write_text(json.dumps(results, indent=1))
         for mode, r in results[pair].get("modes", {}).items():
             print(pair, mode, r["median_tokens_per_second"], r["median_speedup_vs_llama_cpp"], r["identical"],

@@ -19,15 +19,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1])]
 
+from check import PAIRS as CHECK_PAIRS  # noqa: E402
 from engine_runs import _generate, _prompt  # noqa: E402
 
 from app.engine.drafters import COPY_MAX_AUTO  # noqa: E402
-from app.engine.events import FinishEvent, StepEvent, TokenEvent  # noqa: E402
 from app.engine.pair_config import PairConfig  # noqa: E402
 from app.engine.session import GenParams, SpecSession  # noqa: E402
 from app.engine.speculative import SpecParams  # noqa: E402
 
-PAIRS = {"agreeing-0.5b/2-layer": ("agree-target", "agree-draft"), "1.5b/0.5b": ("target-1.5b", "draft-0.5b")}
+PAIRS = {pair: CHECK_PAIRS[pair] for pair in ("agreeing-0.5b/2-layer", "1.5b/0.5b")}
 # Each drafting run twice: with the default shapes and with SpecParams.steady_shapes.
 RUNS = {"none": GenParams(mode="none")}
 for _steady in (False, True):
@@ -48,12 +48,10 @@ def trace(target: Path, draft: Path, n_predict: int, threads: int) -> dict:
         for name, params in RUNS.items():
             _generate(session, prompt[:32], replace(params, n_predict=8))  # warm-up
             start = time.perf_counter()
-            events = list(session.generate(prompt, replace(params, n_predict=n_predict)))
-            finish = next(e for e in events if isinstance(e, FinishEvent))
-            steps = [e for e in events if isinstance(e, StepEvent)]
+            finish, steps = _generate(session, prompt, replace(params, n_predict=n_predict))
             s = finish.stats
             out[name] = {
-                "tokens": [e.token_id for e in events if isinstance(e, TokenEvent)],
+                "tokens": list(finish.tokens),
                 "wall_s": round(time.perf_counter() - start, 4), "tokens_per_second": round(s.tokens_per_second, 1),
                 "decode_ms": round(s.decode_ms, 2), "draft_ms": round(s.draft_ms, 2),
                 "verify_ms": round(s.verify_ms, 2), "other_ms": round(s.other_ms, 2),
