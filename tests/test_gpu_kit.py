@@ -4,8 +4,10 @@ trace replay, and the whole dry run of `packaging/gpu_check.sh` on this build, a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -137,3 +139,36 @@ def test_dry_run_writes_every_report_field(tmp_path: Path, target_path: Path, dr
     agreeing = report["engine"]["agreeing-0.5b/2-layer"]["draft"]
     assert agreeing["drafted"] > 0 and agreeing["accepted"] >= 0.75 * agreeing["drafted"]  # the pair agrees
     assert 0 < report["carry_bytes"] < 64 << 20
+
+
+@pytest.mark.slow
+def test_window_dry_run_times_the_draft_passes_and_the_steps(tmp_path: Path, target_path: Path,
+                                                            draft_path: Path) -> None:
+    """The next GPU window's script (packaging/gpu_kit/window.sh) must work before it gets a device call:
+    here its models, draft anatomy and step trace on the CPU build (llama.cpp's tools are not carried)."""
+    out, work = tmp_path / "win", tmp_path / "work"
+    env = {**os.environ, "GPU_KIT_NATIVE": str(tmp_path / "no-tools"), "WINDOW_WORK": str(work)}
+    proc = subprocess.run(["bash", "packaging/gpu_kit/window.sh", "--dry-run", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "native-steady: skipped" in proc.stdout
+    # what comes back from the device: the log and one archive of everything the steps wrote
+    assert {p.name for p in out.iterdir()} == {"window.log", "window.tar.gz"}
+    with tarfile.open(out / "window.tar.gz") as packed:
+        assert {"./anatomy.json", "./anatomy.no-graphs.json", "./trace.json"} <= set(packed.getnames())
+    anatomy = json.loads((work / "anatomy.json").read_text())
+    assert anatomy["no_graphs"]["graphs_disabled"] and not anatomy["graphs_disabled"]
+    for report in (anatomy, anatomy["no_graphs"]):
+        for pair in ("1.5b/0.5b", "agreeing-0.5b/2-layer"):
+            runs = report[pair]
+            assert {"alone", "engine_pattern", "interleaved", "engine", "engine_steady"} <= set(runs)
+            assert any(name.startswith("interleaved_threads_") for name in runs)
+            assert runs["interleaved"]["draft_pass"]["n"] > 0 and runs["interleaved"]["target_verify_4"]["n"] > 0
+            for name in ("engine", "engine_steady"):
+                engine = runs[name]
+                # every drafting step decodes in the draft context, and the prompt's catch-up is left out
+                assert engine["draft_decode_calls"] >= engine["steps"] > 0
+                assert max(int(r) for r in engine["decode_by_rows"]) <= 8
+                assert 0 < engine["draft_decode_ms"] <= engine["draft_ms"] * 1.05
+    trace = json.loads((work / "trace.json").read_text())
+    assert {"draft-fixed-k3", "draft-fixed-k3-steady"} <= set(trace["1.5b/0.5b"])

@@ -40,6 +40,7 @@ SHAPES = ("target-1.5b", "draft-0.5b", "target-7b")  # the demo pair's and the 7
 PAIRS = {"1.5b/0.5b": ("target-1.5b", "draft-0.5b"), "7b/0.5b": ("target-7b", "draft-0.5b"),
          "agreeing-0.5b/2-layer": ("agree-target", "agree-draft")}
 REPLAYED = ("1.5b/0.5b", "7b/0.5b")
+PHASES = ("environment", "synthesize", "memory", "costs", "engine", "speedups", "governor", "native")
 
 
 class Plan:
@@ -121,7 +122,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--native", type=Path,
                         default=Path(os.environ.get("GPU_KIT_NATIVE", HERE / "carry" / "native")),
                         help="llama.cpp's llama-completion and llama-speculative-simple, built from the pinned sdist")
+    parser.add_argument("--phases", default=",".join(PHASES),
+                        help="comma-separated phases to run, in their fixed order (a later window's experiments "
+                             "need only environment,synthesize)")
     args = parser.parse_args(argv)
+    chosen = set(args.phases.split(","))
+    if not chosen <= set(PHASES):
+        parser.error(f"unknown phases {sorted(chosen - set(PHASES))}; the phases are {', '.join(PHASES)}")
     plan = Plan(args.dry_run)
     run = Run(args.out, args.budget_s, plan)
     rep = run.report
@@ -232,19 +239,21 @@ def main(argv: list[str]) -> int:
                 rep["errors"][f"native {pair}"] = error
             run.save()
 
-    run.phase("environment", 1, environment)
-    if rep["errors"] and not args.dry_run:
-        return 1  # the full-size models on a CPU would only spend the window
-    run.phase("synthesize", 30, synthesize)
-    run.phase("memory", 30, memory)
-    run.phase("costs", 20, costs)
-    run.phase("engine", 20, engine)
-    run.phase("speedups", 2, speedups)
-    run.phase("governor", 0, governor)
-    run.phase("native", native_compare.MIN_LEFT_S, native)  # last: issue 12's fields come first
+    # native last: issue 12's fields come first.
+    needs = {"environment": 1, "synthesize": 30, "memory": 30, "costs": 20, "engine": 20, "speedups": 2,
+             "governor": 0, "native": native_compare.MIN_LEFT_S}
+    fns = {"environment": environment, "synthesize": synthesize, "memory": memory, "costs": costs, "engine": engine,
+           "speedups": speedups, "governor": governor, "native": native}
+    for name in PHASES:
+        if name in chosen:
+            run.phase(name, needs[name], fns[name])
+        if name == "environment" and rep["errors"] and not args.dry_run:
+            return 1  # the full-size models on a CPU would only spend the window
     rep["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     run.save()
     print((args.out / "report.md").read_text())
+    if chosen != set(PHASES):
+        return 1 if rep["errors"] else 0
     missing = [k for k in ("backend", "memory", "verify_ms", "identity", "engine_overhead_pct", "predicted_speedup",
                            "carry_bytes", "governor") if k not in rep]
     if missing or rep["errors"]:

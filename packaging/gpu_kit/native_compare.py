@@ -56,10 +56,11 @@ def prompts_file(ids: tuple[str, ...], n_predict: int, path: Path, root: Path) -
 
 
 def run_pair(pair: str, target: Path, draft: Path, tools: Path, out: Path, root: Path, *, n_predict: int,
-             repeat: int, threads: int, timeout_s: float) -> dict:
-    """One `specchat bench --native` on one pair; its JSON goes to out/bench-<pair>.json."""
+             repeat: int, threads: int, timeout_s: float, extra: tuple[str, ...] = (), tag: str = "") -> dict:
+    """One `specchat bench --native` on one pair, with `extra` bench options; its JSON goes to
+    out/bench-<pair><tag>.json."""
     what = PAIRS[pair]
-    slug = pair.replace("/", "_")
+    slug = pair.replace("/", "_") + tag
     json_out = out / f"bench-{slug}.json"
     prompts = prompts_file(what["prompts"], n_predict, out / f".prompts-{slug}.jsonl", root)
     cmd = [sys.executable, "-m", "app.cli", "bench", "--native", str(tools), "--prompts", str(prompts),
@@ -68,6 +69,7 @@ def run_pair(pair: str, target: Path, draft: Path, tools: Path, out: Path, root:
            "-ngl", "-1", "-ngld", "-1", "-c", "4096", "--sampling", "greedy", "--force"]
     if threads:
         cmd += ["-t", str(threads)]
+    cmd += extra
     libs = f"{wheel_lib_dir()}:{tools}"
     env = dict(os.environ, LD_LIBRARY_PATH=libs + (":" + os.environ["LD_LIBRARY_PATH"]
                                                     if os.environ.get("LD_LIBRARY_PATH") else ""),
@@ -82,7 +84,7 @@ def run_pair(pair: str, target: Path, draft: Path, tools: Path, out: Path, root:
         raise RuntimeError(f"bench on {pair} exited with status {proc.returncode}: " + " | ".join(last))
     report = json.loads(json_out.read_text())
     return {
-        "prompts": list(what["prompts"]), "n_predict": n_predict, "repeat": repeat,
+        "prompts": list(what["prompts"]), "n_predict": n_predict, "repeat": repeat, "extra": list(extra),
         "seconds": round(time.monotonic() - start, 1), "bench_json": json_out.name,
         "native_version": report.get("native", {}).get("version"),
         "native_system_info": report.get("native", {}).get("system_info"),
@@ -92,7 +94,8 @@ def run_pair(pair: str, target: Path, draft: Path, tools: Path, out: Path, root:
 
 
 def run_pairs(pairs: dict[str, tuple[Path, Path]], tools: Path, out: Path, root: Path, *, n_predict: int, repeat: int,
-              threads: int, left: Callable[[], float]) -> Iterator[tuple[str, dict, str | None]]:
+              threads: int, left: Callable[[], float], extra: tuple[str, ...] = (),
+              tag: str = "") -> Iterator[tuple[str, dict, str | None]]:
     """run_pair on each (target, draft) pair while `left()` seconds allow: (pair, result, traceback or None).
 
     A pair that fails or finds too little time left is reported as such, and the next one still runs."""
@@ -102,6 +105,6 @@ def run_pairs(pairs: dict[str, tuple[Path, Path]], tools: Path, out: Path, root:
             continue
         try:
             yield pair, run_pair(pair, target, draft, tools, out, root, n_predict=n_predict, repeat=repeat,
-                                 threads=threads, timeout_s=max(left() - 5, 10)), None
+                                 threads=threads, timeout_s=max(left() - 5, 10), extra=extra, tag=tag), None
         except Exception as exc:  # noqa: BLE001 - the next pair still runs
             yield pair, {"failed": f"{type(exc).__name__}: {exc}"}, traceback.format_exc()
