@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -42,20 +43,44 @@ from app.engine.sampling import top_prob  # noqa: E402
 from app.engine.session import GenParams, SpecSession  # noqa: E402
 from app.engine.speculative import SpecParams  # noqa: E402
 from app.llama_backend import ContextConfig, LlamaContext, LlamaModel, ModelConfig  # noqa: E402
+from app.llama_backend.core import add_log_sink  # noqa: E402
 
 PAIRS = {"1.5b/0.5b": ("target-1.5b", "draft-0.5b"), "agreeing-0.5b/2-layer": ("agree-target", "agree-draft")}
 PREFIX = 64  # tokens in the cache before the timed passes
 
 
-def _ms(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1000.0
+# llama.cpp's CUDA backend logs (at debug level) when a graph's warm-up completes or restarts and when
+# llama.cpp hands it the very graph it ran last; each timed call counts the lines it caused. A call with
+# none ran a captured graph or, during a warm-up, kernel by kernel (the no-graphs run tells them apart).
+_graph_log: list[str] = []
 
 
-def _summary(times: list[float]) -> dict:
-    return {"median_ms": round(statistics.median(times), 3), "first_ms": [round(t, 3) for t in times[:4]],
-            "n": len(times)}
+def _graph_sink(_level: int, text: str) -> None:
+    if "CUDA graph" in text or "CUDA Graph" in text:
+        for tag in ("reused", "warmup complete", "warmup reset", "disabling"):
+            if tag in text:
+                _graph_log.append(tag)
+                return
+        _graph_log.append(text.strip()[:80])
+
+
+class Passes:
+    """Timed calls of one kind: their ms, and the CUDA graph log lines they caused."""
+
+    def __init__(self) -> None:
+        self.ms: list[float] = []
+        self.graph: Counter[str] = Counter()
+
+    def time(self, fn: Callable[[], object]) -> None:
+        seen = len(_graph_log)
+        start = time.perf_counter()
+        fn()
+        self.ms.append((time.perf_counter() - start) * 1000.0)
+        self.graph.update(_graph_log[seen:] or ["no message"])
+
+    def summary(self) -> dict:
+        return {"median_ms": round(statistics.median(self.ms), 3), "first_ms": [round(t, 3) for t in self.ms[:4]],
+                "n": len(self.ms), "graph_log": dict(self.graph)}
 
 
 def _contexts(target: LlamaModel, draft: LlamaModel, threads: int) -> tuple[LlamaContext, LlamaContext]:
@@ -71,21 +96,21 @@ def _patterns(target_ctx: LlamaContext, draft_ctx: LlamaContext, steps: int, wit
     for ctx in (target_ctx, draft_ctx):
         ctx.clear()
         ctx.decode(tokens[:PREFIX], logits_for="last")
-    draft, verify, python = [], [], []
+    draft, verify, python = Passes(), Passes(), Passes()
     for _ in range(steps):
         draft_ctx.truncate(max(PREFIX, draft_ctx.n_past - 2))
         at = draft_ctx.n_past
         for i in range(3):
-            draft.append(_ms(partial(draft_ctx.decode, [tokens[at + i]], "last")))
-            python.append(_ms(lambda: top_prob(draft_ctx.logits(-1))))
+            draft.time(partial(draft_ctx.decode, [tokens[at + i]], "last"))
+            python.time(lambda: top_prob(draft_ctx.logits(-1)))
         if with_target:
             target_ctx.truncate(max(PREFIX, target_ctx.n_past - 3))
             base = target_ctx.n_past
-            verify.append(_ms(partial(target_ctx.decode, tokens[base : base + 4], "all")))
+            verify.time(partial(target_ctx.decode, tokens[base : base + 4], "all"))
             target_ctx.truncate(base + 1)
-    out = {"draft_pass": _summary(draft), "logits_and_top_prob": _summary(python)}
-    if verify:
-        out["target_verify_4"] = _summary(verify)
+    out = {"draft_pass": draft.summary(), "logits_and_top_prob": python.summary()}
+    if verify.ms:
+        out["target_verify_4"] = verify.summary()
     return out
 
 
@@ -93,25 +118,26 @@ def _alone(ctx: LlamaContext, n: int) -> dict:
     tokens = prompt_tokens(PREFIX + n, seed=6)
     ctx.clear()
     ctx.decode(tokens[:PREFIX], logits_for="last")
-    advancing = [_ms(partial(ctx.decode, [t], "last")) for t in tokens[PREFIX:]]
-    same = []
+    advancing, same = Passes(), Passes()
+    for t in tokens[PREFIX:]:
+        advancing.time(partial(ctx.decode, [t], "last"))
     for _ in range(n // 2):  # device_costs' way: the same position again and again
         ctx.truncate(PREFIX)
-        same.append(_ms(partial(ctx.decode, [tokens[PREFIX]], "last")))
-    return {"advancing": _summary(advancing), "same_position": _summary(same)}
+        same.time(partial(ctx.decode, [tokens[PREFIX]], "last"))
+    return {"advancing": advancing.summary(), "same_position": same.summary()}
 
 
 def _engine(session: SpecSession, steady: bool, n_predict: int) -> dict:
     """The engine's own drafting, fixed K = 3, with the draft context's decode calls timed one by one."""
     ctx = session.draft_ctx
     assert ctx is not None
-    calls: list[tuple[int, float]] = []
+    calls: list[tuple[int, Passes]] = []
     decode = ctx.decode
 
     def timed(tokens, logits_for="last"):  # type: ignore[no-untyped-def]
-        start = time.perf_counter()
-        decode(tokens, logits_for)
-        calls.append((len(tokens), (time.perf_counter() - start) * 1000.0))
+        one = Passes()
+        one.time(partial(decode, tokens, logits_for))
+        calls.append((len(tokens), one))
 
     params = GenParams(mode="draft", n_predict=n_predict,
                        spec=SpecParams(adaptive=False, draft_max=3, steady_shapes=steady))
@@ -126,19 +152,22 @@ def _engine(session: SpecSession, steady: bool, n_predict: int) -> dict:
     prompt_rows = len(prompt) - 32
     calls = [c for c in calls if c[0] != prompt_rows]
     draft_ms = sum(s.draft_ms for s in steps)
-    decode_ms = sum(ms for _, ms in calls)
-    by_rows: dict[int, list[float]] = {}
-    for rows, ms in calls:
-        by_rows.setdefault(rows, []).append(ms)
+    decode_ms = sum(one.ms[0] for _, one in calls)
+    by_rows: dict[int, Passes] = {}
+    for rows, one in calls:
+        into = by_rows.setdefault(rows, Passes())
+        into.ms += one.ms
+        into.graph += one.graph
     return {"steps": len(steps), "drafted": finish.stats.drafted, "accepted": finish.stats.accepted,
             "draft_ms": round(draft_ms, 2), "draft_decode_ms": round(decode_ms, 2),
             "draft_decode_calls": len(calls), "draft_outside_decode_ms": round(draft_ms - decode_ms, 2),
-            "decode_by_rows": {str(r): _summary(ms) for r, ms in sorted(by_rows.items())},
+            "decode_by_rows": {str(r): p.summary() for r, p in sorted(by_rows.items())},
             "verify_ms": round(sum(s.verify_ms for s in steps), 2)}
 
 
 def measure(models: Path, suffix: str, steps: int, threads: list[int], n_predict: int) -> dict:
     report: dict = {"graphs_disabled": bool(os.environ.get("GGML_CUDA_DISABLE_GRAPHS"))}
+    add_log_sink(_graph_sink)
     for pair, (target_name, draft_name) in PAIRS.items():
         paths = models / f"{target_name}{suffix}.gguf", models / f"{draft_name}{suffix}.gguf"
         out: dict = {}
