@@ -66,6 +66,25 @@ def test_synthetic_blocks_are_valid_and_finite(headers: dict, tmp_path: Path) ->
     assert {"Q5_0", "Q8_0", "F32"} <= types_seen  # the draft's mix (and Q6_K/Q4_K in ffn_down)
 
 
+def test_synthetic_weights_are_zero_mean_for_every_block_type(tmp_path: Path) -> None:
+    """A weight mean as large as its spread made activations grow with n_in at every layer (past fp16's range:
+    the 7B's NaN logits on CUDA in run 26); the types with a block minimum get it set against the scale."""
+    import io
+
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    pool = np.random.default_rng(0).integers(0, 256, 1 << 22, dtype=np.uint8)
+    n_in = 1024
+    for ttype in synth_gguf._SCALES:
+        buf = io.BytesIO()
+        synth_gguf._write_tensor(buf, "blk.0.ffn_up.weight", [n_in, 64], ttype, np.random.default_rng(1), pool)
+        qtype = GGMLQuantizationType[ttype]
+        size = GGML_QUANT_SIZES[qtype][1]
+        w = dequantize(np.frombuffer(buf.getvalue(), dtype=np.uint8).reshape(-1, size), qtype).reshape(-1)
+        assert abs(w.mean()) * np.sqrt(n_in) < 0.2, ttype  # the spread is ~1 / sqrt(n_in)
+        assert 0.4 < w.std() * np.sqrt(n_in) < 2.0, ttype
+
+
 def test_7b_shape_follows_the_published_config_and_pairs_with_the_draft(headers: dict, tmp_path: Path) -> None:
     from app.models.pair_doctor import check_pair
 
@@ -170,5 +189,8 @@ def test_window_dry_run_times_the_draft_passes_and_the_steps(tmp_path: Path, tar
                 assert engine["draft_decode_calls"] >= engine["steps"] > 0
                 assert max(int(r) for r in engine["decode_by_rows"]) <= 8
                 assert 0 < engine["draft_decode_ms"] <= engine["draft_ms"] * 1.05
+    for model in json.loads((work / "nan.json").read_text()):  # the dry 1.5B reached 89,768 before format 4
+        for name in ("prompt", "one_token"):
+            assert model[name]["first_non_finite"] is None and model[name]["max_abs"] < 1000, model["model"]
     trace = json.loads((work / "trace.json").read_text())
     assert {"draft-fixed-k3", "draft-fixed-k3-steady"} <= set(trace["1.5b/0.5b"])

@@ -39,7 +39,7 @@ class Config:
 # Qwen2.5-Coder-7B-Instruct's config.json: a separate output matrix and a vocabulary padded to 152,064.
 SEVEN_B = Config(n_layer=28, n_embd=3584, n_ff=18944, n_head=28, n_head_kv=4, n_vocab=152064)
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
-FORMAT = 3  # bump when the bytes a spec gives change: cached files are rewritten
+FORMAT = 4  # bump when the bytes a spec gives change: cached files are rewritten
 
 
 def config_of(header: Header) -> Config:
@@ -188,6 +188,11 @@ _SCALES: dict[str, tuple[tuple[int, ...], float]] = {
     "Q5_K": ((0, 2), 512.0),
     "Q6_K": ((208,), 1024.0),
 }
+# Types whose blocks add a minimum (value = d*q + m for Q4_1/Q5_1, d*sc*q - dmin*mn for the K-quants): the
+# second fp16 is set to this multiple of the first, so a weight's mean is zero on average. Drawn at random
+# like d, a min gave every weight a mean as large as its spread, and activations grew with n_in at each
+# layer (up to 90,000 in the dry 1.5B, past fp16's range: the likely cause of run 26's NaN 7B logits on CUDA).
+_MIN_RATIO = {"Q4_1": -7.5, "Q5_1": -15.5, "Q2_K": 1.5, "Q4_K": 7.5, "Q5_K": 15.5}
 # Output matrices 20x larger than order one: logits spread over ~30 instead of ~1.5, so the models
 # are as sure of their top token as real ones (a drafter's p-min cut would stop every draft otherwise).
 OUTPUT_GAIN = 20.0
@@ -277,7 +282,10 @@ def _write_tensor(fout, name: str, dims: list[int], ttype: str, rng: np.random.G
         if len(chunk) < count * size:  # a tensor chunk larger than the pool: tile it
             chunk = np.resize(pool, count * size)
         rows = chunk.reshape(count, size)
-        scales = (base * rng.uniform(0.5, 1.5, (count, len(offsets)))).astype(np.float16)
+        scales = base * rng.uniform(0.5, 1.5, (count, len(offsets)))
+        if ttype in _MIN_RATIO:
+            scales[:, 1] = _MIN_RATIO[ttype] * scales[:, 0]
+        scales = scales.astype(np.float16)
         for j, off in enumerate(offsets):
             rows[:, off : off + 2] = np.ascontiguousarray(scales[:, j]).view(np.uint8).reshape(count, 2)
         fout.write(rows.tobytes())

@@ -7,7 +7,8 @@
 # 1. the synthetic models (check.py's first two phases);
 # 2. draft_anatomy.py: where the draft model's ~2.7 ms per one-row pass goes (1.15 ms timed alone);
 # 3. step_trace.py: per-step pass times, default against SpecParams.steady_shapes;
-# 4. native_pairs.py --steady-shapes: `specchat bench --native` with steady shapes, against llama.cpp.
+# 4. nan_hunt.py: the synthetic 7B's activations, tensor by tensor (NaN logits on CUDA in run 26);
+# 5. native_pairs.py --steady-shapes: `specchat bench --native` with steady shapes, against llama.cpp.
 # Each step has its own time limit, so a slow one leaves the next its share. The steps write into a
 # scratch folder, packed at the end into DIR/window.tar.gz beside DIR/window.log: the device tool
 # returns at most 8 files from $OUT.
@@ -59,10 +60,13 @@ step models 60 "$py" "$kit/check.py" $dry_flag --phases environment,synthesize -
   --headers "$carry/headers"
 step anatomy 120 "$py" "$kit/draft_anatomy.py" $dry_flag --models "$models" --out "$out/anatomy.json"
 step trace 100 "$py" "$kit/step_trace.py" $dry_flag --models "$models" --out "$out/trace.json"
+# Since synth format 4 the weights are zero-mean and activations stay near 100 on the CPU: is the 7B finite on CUDA?
+step nan 40 "$py" "$kit/nan_hunt.py" --model "$models/target-7b$suffix.gguf" --model "$models/target-1.5b$suffix.gguf" \
+  --out "$out/nan.json"
 export GPU_KIT_NATIVE=${GPU_KIT_NATIVE:-$carry/native}
 if [ -x "$GPU_KIT_NATIVE/llama-completion" ]; then
   # Two pairs; native_pairs gives each at most 150 s, and the bench JSONs are written pair by pair.
-  step native-steady 220 "$py" "$kit/native_pairs.py" "$out" "$models" $suffix --steady-shapes
+  step native-steady 180 "$py" "$kit/native_pairs.py" "$out" "$models" $suffix --steady-shapes
 else
   echo "==> native-steady: skipped, no llama.cpp tools in $GPU_KIT_NATIVE (prepare.sh with LLAMA_TOOLS=DIR)"
 fi
