@@ -37,6 +37,7 @@ sys.path[:0] = [str(HERE), str(HERE.parents[1])]
 
 from device_costs import prompt_tokens  # noqa: E402
 from engine_runs import _generate, _prompt  # noqa: E402
+from step_trace import PAIRS  # noqa: E402  (the demo-shaped and the agreeing pair, as the trace)
 
 from app.engine.pair_config import PairConfig  # noqa: E402
 from app.engine.sampling import top_prob  # noqa: E402
@@ -45,7 +46,6 @@ from app.engine.speculative import SpecParams  # noqa: E402
 from app.llama_backend import ContextConfig, LlamaContext, LlamaModel, ModelConfig  # noqa: E402
 from app.llama_backend.core import add_log_sink  # noqa: E402
 
-PAIRS = {"1.5b/0.5b": ("target-1.5b", "draft-0.5b"), "agreeing-0.5b/2-layer": ("agree-target", "agree-draft")}
 PREFIX = 64  # tokens in the cache before the timed passes
 
 
