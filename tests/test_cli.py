@@ -147,3 +147,37 @@ def test_pair_that_will_not_fit_is_refused_before_loading(target_path, draft_pat
     result = specchat("generate", "-p", "hi", "-m", target_path, "-md", draft_path, "-c", 1_000_000,
                       home=tmp_path, timeout=60)
     assert_clean_error(result, "predicted not to fit", "over by", "--force")
+
+
+def test_threads_draft_flag_reaches_the_pair_config_and_the_draft_context(smol_path):
+    """-td sets the draft context's CPU threads apart from the target's (llama.cpp's -td); without it both use -t."""
+    from app.cli.main import build_parser
+    from app.cli.native_bench import NativeSettings, command
+    from app.cli.options import UserError, pair_config
+    from app.engine.pair_config import PairConfig
+    from app.engine.session import GenParams, SpecSession
+    from app.settings import Settings
+
+    parser = build_parser()
+    for argv, expected in ((["generate", "-p", "hi", "-t", "2", "-td", "1"], 1), (["generate", "-p", "hi"], None),
+                           (["bench", "-td", "0"], 0)):
+        args = parser.parse_args(argv)
+        assert pair_config(args, Settings(), smol_path, smol_path).n_threads_draft == expected, argv
+    with pytest.raises(UserError, match="--threads-draft -1"):
+        pair_config(parser.parse_args(["generate", "-p", "hi", "-td", "-1"]), Settings(), smol_path, smol_path)
+
+    with SpecSession(PairConfig(smol_path, smol_path, n_ctx=512, n_threads=2, n_threads_draft=1)) as session:
+        assert session.target_ctx.config.n_threads == 2 and session.draft_ctx.config.n_threads == 1
+        finish = [e for e in session.generate(session.target_model.tokenize("Count: 1, 2, 3,"),
+                                              GenParams(mode="draft", n_predict=8))][-1]
+        assert finish.stats.n_tokens > 0 and finish.stats.drafted > 0  # the draft context ran, on its own threads
+    with SpecSession(PairConfig(smol_path, smol_path, n_ctx=512, n_threads=2)) as session:
+        assert session.draft_ctx.config.n_threads == 2
+
+    # The bench passes it on to llama.cpp's draft-simple, so both engines' drafts get the same threads.
+    base = dict(bin_dir=Path("bin"), target=Path("t.gguf"), draft=Path("d.gguf"), n_ctx=512, n_threads=2,
+                n_batch=512, flash_attn=True, repack=True, n_gpu_layers=0, n_gpu_layers_draft=0, type_k="f16",
+                type_v="f16", temp=0.0, top_k=1, top_p=1.0, min_p=0.0, seed=None, draft_max=6, p_min=0.75)
+    with_td = command("draft-simple", NativeSettings(**base, n_threads_draft=1), Path("p.txt"), 8)
+    assert with_td[with_td.index("-td") + 1] == "1"
+    assert "-td" not in command("draft-simple", NativeSettings(**base), Path("p.txt"), 8)

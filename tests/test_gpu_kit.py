@@ -180,10 +180,11 @@ def test_window_dry_run_times_the_draft_passes_and_the_steps(tmp_path: Path, tar
     for report in (anatomy, anatomy["no_graphs"]):
         for pair in ("1.5b/0.5b", "agreeing-0.5b/2-layer"):
             runs = report[pair]
-            assert {"alone", "engine_pattern", "interleaved", "engine", "engine_steady"} <= set(runs)
+            assert {"alone", "engine_pattern", "interleaved", "engine", "engine_steady",
+                    "engine_steady_threads_draft_1"} <= set(runs)
             assert any(name.startswith("interleaved_threads_") for name in runs)
             assert runs["interleaved"]["draft_pass"]["n"] > 0 and runs["interleaved"]["target_verify_4"]["n"] > 0
-            for name in ("engine", "engine_steady"):
+            for name in ("engine", "engine_steady", "engine_steady_threads_draft_1"):
                 engine = runs[name]
                 # every drafting step decodes in the draft context, and the prompt's catch-up is left out
                 assert engine["draft_decode_calls"] >= engine["steps"] > 0

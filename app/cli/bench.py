@@ -446,7 +446,7 @@ def _native_plan(args: argparse.Namespace, cfg: Any, params: GenParams, workdir:
         seed=s.seed, draft_max=params.spec.draft_max, p_min=params.spec.p_min,
         timeout_s=args.native_timeout, extra_args=native_bench.split_args(args.native_args or ""),
         repeat_penalty=s.repeat_penalty, repeat_last_n=s.repeat_last_n, frequency_penalty=s.frequency_penalty,
-        presence_penalty=s.presence_penalty,
+        presence_penalty=s.presence_penalty, n_threads_draft=cfg.n_threads_draft,
     )
     return NativePlan(settings, modes, workdir)
 
@@ -491,7 +491,8 @@ def run_bench_cli(args: argparse.Namespace) -> int:
         "models": {"target": str(target), "draft": str(draft) if draft else None},
         "settings": {"n_predict": params.n_predict, "sampling": asdict(params.sampling),
                      "spec": asdict(spec_used), "n_ctx": cfg.n_ctx, "n_threads": cfg.n_threads,
-                     "flash_attn": cfg.flash_attn, "repeat": args.repeat, "repack": cfg.repack,
+                     "n_threads_draft": cfg.n_threads_draft, "flash_attn": cfg.flash_attn, "repeat": args.repeat,
+                     "repack": cfg.repack,
                      "n_batch": cfg.n_batch, "warmup": not args.no_warmup,
                      "n_predict_source": "-n for every prompt" if args.n_predict else
                      f"each prompt's n_predict, else {DEFAULT_N_PREDICT}",

@@ -87,6 +87,7 @@ class NativeSettings:
     repeat_last_n: int = 64
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    n_threads_draft: int | None = None  # SpecChat's -td, passed on to draft-simple; None: as n_threads
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,8 @@ def command(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, n_p
             raise NativeError("llama.cpp's draft-simple needs a draft model (-md)")
         cmd += ["-md", str(s.draft), "-ngld", _layers(s.n_gpu_layers_draft), "-ctkd", s.type_k, "-ctvd", s.type_v,
                 "--spec-draft-n-max", str(s.draft_max), "--spec-draft-p-min", repr(s.p_min)]
+        if s.n_threads_draft is not None:
+            cmd += ["-td", str(s.n_threads_draft or s.n_threads)]
     return cmd + list(s.extra_args)
 
 

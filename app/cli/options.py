@@ -38,6 +38,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("-ngld", "--n-gpu-layers-draft", type=int, default=None, help="draft layers on the GPU")
     g.add_argument("-c", "--ctx-size", type=int, default=None, help="context size in tokens")
     g.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: physical cores)")
+    g.add_argument("-td", "--threads-draft", type=int, default=None,
+                   help="the draft model's CPU threads (default: as --threads)")
     g.add_argument("--no-flash-attn", action="store_true", help="turn flash attention off")
     g.add_argument("--force", action="store_true", help="load even if the pair is predicted not to fit in memory")
     g.add_argument("--repack", action="store_true", help="repack CPU weights (llama.cpp's default and ours; "
@@ -123,11 +125,19 @@ def pair_config(args: argparse.Namespace, settings: settings_mod.Settings, targe
         n_gpu_layers_draft=int(_pick(args.n_gpu_layers_draft, cfg.n_gpu_layers_draft)),  # type: ignore[call-overload]
         n_ctx=int(_pick(args.ctx_size, cfg.n_ctx)),  # type: ignore[call-overload]
         n_threads=int(_pick(args.threads, cfg.n_threads)),  # type: ignore[call-overload]
+        n_threads_draft=_threads_draft(args),
         flash_attn=cfg.flash_attn and not args.no_flash_attn,
         repack=(cfg.repack or args.repack) and not args.strict,
         force=args.force,
         rpc=_rpc_endpoints(args, cfg.rpc),
     )
+
+
+def _threads_draft(args: argparse.Namespace) -> int | None:
+    value = getattr(args, "threads_draft", None)
+    if value is not None and value < 0:
+        raise UserError(f"--threads-draft {value}: give a number of threads, 0 for one per physical core.")
+    return value
 
 
 def _rpc_endpoints(args: argparse.Namespace, saved: tuple[str, ...]) -> tuple[str, ...]:

@@ -16,6 +16,9 @@ class PairConfig:
     n_ctx: int = 4096
     n_ctx_draft: int | None = None  # None: same as the target
     n_threads: int = 0
+    # The draft's own CPU threads (llama.cpp's -td); None: as the target's. On a GPU each context still runs its
+    # embedding lookup on the CPU, and a small draft's step is short enough for its thread hand-offs to show.
+    n_threads_draft: int | None = None
     n_batch: int = 512
     flash_attn: bool = True
     type_k: str = "f16"

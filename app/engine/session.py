@@ -82,7 +82,9 @@ class SpecSession:
             self.draft_model = LlamaModel(ModelConfig(config.draft, config.n_gpu_layers_draft, repack=config.repack,
                                                       devices=self.placing.draft_devices),
                                           progress=lambda f: report("draft", f) is not False)
-            self.draft_ctx = LlamaContext(self.draft_model, replace(ctx_cfg, n_ctx=config.n_ctx_draft or config.n_ctx))
+            draft_threads = config.n_threads if config.n_threads_draft is None else config.n_threads_draft
+            self.draft_ctx = LlamaContext(self.draft_model, replace(ctx_cfg, n_ctx=config.n_ctx_draft or config.n_ctx,
+                                                                    n_threads=draft_threads))
         self._engines: dict[str, SpecEngine] = {}
 
     @property

@@ -11,8 +11,9 @@ difference costs it:
 - `interleaved`: that, with the target's 4-row verify and rollback between steps (two contexts, one GPU);
 - `interleaved_threads_N`: the same with both contexts made with N CPU threads (the embedding lookup
   stays on the CPU, and each context has its own threads);
-- `engine`: the engine itself (fixed K = 3, steady shapes), with every decode of the draft context timed
-  and counted, and the Python time around them;
+- `engine`: the engine itself (fixed K = 3, with and without steady shapes), with every decode of the draft
+  context timed and counted, and the Python time around them; once more with the draft context on one CPU
+  thread (`-td 1`);
 - all of it again in a child process with `GGML_CUDA_DISABLE_GRAPHS=1`: what a pass costs without a graph.
 
     python packaging/gpu_kit/draft_anatomy.py --models DIR --out FILE [--dry-run]
@@ -29,6 +30,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -191,6 +193,9 @@ def measure(models: Path, suffix: str, steps: int, threads: list[int], n_predict
         with SpecSession(config) as session:
             for steady in (True, False):
                 out[f"engine{'_steady' if steady else ''}"] = _engine(session, steady, n_predict)
+        # The app's -td: the draft context alone on one CPU thread, the target as before.
+        with SpecSession(replace(config, n_threads_draft=1)) as session:
+            out["engine_steady_threads_draft_1"] = _engine(session, True, n_predict)
         report[pair] = out
         print(pair, json.dumps({k: v.get("draft_pass", v.get("advancing", v.get("draft_decode_ms")))
                                 for k, v in out.items()}), flush=True)
