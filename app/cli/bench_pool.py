@@ -19,7 +19,8 @@ from app.cli.options import UserError
 from app.cli.ratio_stats import log_sd, ratio_interval
 
 # Settings that change a decode's speed or its reply: reports that differ in any of them are not pooled.
-SAME_SETTINGS = ("n_ctx", "n_threads", "flash_attn", "repack", "n_batch", "sampling", "spec", "processes")
+SAME_SETTINGS = ("n_ctx", "n_threads", "n_threads_draft", "flash_attn", "repack", "n_batch", "sampling", "spec",
+                 "processes")
 NATIVE_BASE = "llama.cpp:plain"
 
 
