@@ -10,6 +10,15 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from ui.stats.painted import PaintedWidget
 
+_LABEL_STEPS = (1, 2, 5, 10, 20, 50, 100)
+
+
+def labelled(n: int, first: int, slot: float, widest: float) -> list[int]:
+    """Which of n bars get their number under them: every bar when the numbers fit their slots, else the
+    first bar and every 2nd, 5th, 10th ... number (K up to 31 gives 31 bars in a panel 220 px wide)."""
+    every = next((e for e in _LABEL_STEPS if slot * e >= widest), _LABEL_STEPS[-1])
+    return [i for i in range(n) if i == 0 or (i + first) % every == 0]
+
 
 class BarPlot(PaintedWidget):
     def __init__(self, title: str, colour: str, *, fraction: bool, first_label: int = 0,
@@ -60,14 +69,18 @@ class BarPlot(PaintedWidget):
         n = len(self._values)
         slot = area.width() / n
         bar_w = max(min(slot * 0.7, 36.0), 2.0)
+        widest = fm.horizontalAdvance(str(n - 1 + self._first_label)) + 4
+        labels = set(labelled(n, self._first_label, slot, widest))
         for i, v in enumerate(self._values):
             x = area.left() + slot * i + (slot - bar_w) / 2
             h = area.height() * max(min(v / scale, 1.0), 0.0)
             p.fillRect(QRectF(x, area.bottom() - h, bar_w, h), self._colour)
             p.setPen(dim)
-            label_rect = QRectF(area.left() + slot * i, area.bottom() + 1, slot, fm.height())
-            p.drawText(label_rect, Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop,
-                       str(i + self._first_label))
+            if i in labels:  # centred under its bar, as wide as the widest number
+                centre = area.left() + slot * (i + 0.5)
+                label_rect = QRectF(centre - widest / 2, area.bottom() + 1, widest, fm.height())
+                p.drawText(label_rect, Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop,
+                           str(i + self._first_label))
             if slot >= fm.horizontalAdvance("100%") + 2 and h > 0:
                 value = f"{v:.0%}" if self._fraction else f"{v:g}"
                 inside = h > area.height() - fm.height()  # no room above: write inside, in white
