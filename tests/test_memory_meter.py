@@ -154,8 +154,15 @@ def test_compact_line_fits_the_side_panel(qtbot) -> None:
     qtbot.addWidget(w)
     w.resize(280, w.height())  # the side panel's width
     w.set_usage(VALUES, budget_bytes=16 * GiB, device_label="Vulkan0")
+    before = w.height()
     w.set_measured({k: v for k, v in VALUES.items() if k != "overhead"})
-    line = w.short_summary()
-    assert line == "Vulkan0 8.00/16.00 GiB, fits, measured 8.00"
-    assert QFontMetrics(w.font()).horizontalAdvance(line) <= w.width() - 8, "the line would be cut"
+    assert w.short_summary() == "Vulkan0 8.00/16.00 GiB, fits, measured 8.00 GiB"
+    # Painted on two lines, each within the bar below the side panel's narrowest (300 px less its margins and
+    # scroll bar), even for the CPU's longer device label; the meter grows by one line for the measured figure.
+    assert w.compact_lines() == ["Vulkan0 8.00/16.00 GiB, fits", "measured 8.00 GiB"]
+    assert w.height() == before + QFontMetrics(w.font()).height()
+    w.set_usage(VALUES, budget_bytes=23 * GiB, device_label="system RAM")
+    w.resize(220, w.height())
+    for line in w.compact_lines():
+        assert QFontMetrics(w.font()).horizontalAdvance(line) <= w.width() - 8, f"{line!r} would be cut"
     assert "measured 8.00 GiB" in w.summary()  # the tooltip keeps the long form

@@ -170,12 +170,17 @@ class MemoryMeter(PaintedWidget):
         ]
 
     def short_summary(self) -> str:
-        """The compact bar's one line: fits in a side panel (the tooltip has the long form)."""
+        """The compact bar's text on one line (the tooltip has the long form)."""
+        return ", ".join(self.compact_lines())
+
+    def compact_lines(self) -> list[str]:
+        """The compact bar's text as painted: the prediction, then what was measured on a line of its own
+        ("system RAM 2.36/22.85 GiB, fits, measured 2.31" was cut at the side panel's width)."""
         state = {"ok": "fits", "tight": "tight", "over": "over"}[self._state]
-        text = f"{self._device} {self.used_bytes() / GiB:.2f}/{_gib(self._budget)}, {state}"
+        lines = [f"{self._device} {self.used_bytes() / GiB:.2f}/{_gib(self._budget)}, {state}"]
         if self._measured is not None:
-            text += f", measured {sum(self._measured.values()) / GiB:.2f}"
-        return text
+            lines.append(f"measured {_gib(sum(self._measured.values()))}")
+        return lines
 
     def summary(self) -> str:
         used = self.used_bytes()
@@ -221,14 +226,9 @@ class MemoryMeter(PaintedWidget):
         p.setPen(self.palette().windowText().color())
         fm = QFontMetrics(self.font())
         text_y = int(bar.bottom()) + fm.ascent() + 3
-        p.drawText(
-            QPoint(int(bar.x()), text_y),
-            fm.elidedText(
-                self.short_summary() if self._compact else self.summary(),
-                Qt.TextElideMode.ElideRight,
-                int(bar.width()),
-            ),
-        )
+        for i, line in enumerate(self.compact_lines() if self._compact else [self.summary()]):
+            p.drawText(QPoint(int(bar.x()), text_y + i * fm.height()),
+                       fm.elidedText(line, Qt.TextElideMode.ElideRight, int(bar.width())))
         if self._compact:
             return
         y = text_y + fm.height() + 2
@@ -277,7 +277,8 @@ class MemoryMeter(PaintedWidget):
         bar = 10 if self._compact else 22
         measured = self._measured or {}
         rows = 0 if self._compact else sum(1 for k in SEGMENTS if self._values.get(k) or measured.get(k))
-        return 4 + bar + 3 + fm.height() + rows * (fm.height() + 2) + 4
+        lines = len(self.compact_lines()) if self._compact else 1
+        return 4 + bar + 3 + lines * fm.height() + rows * (fm.height() + 2) + 4
 
     def _update_geometry(self) -> None:
         self.setFixedHeight(self._height())
