@@ -1,4 +1,4 @@
-"""The statistics panel's painted plots, offscreen and without a model."""
+"""The statistics panel's painted plots and the first window's size, offscreen and without a model."""
 
 from __future__ import annotations
 
@@ -31,3 +31,17 @@ def test_bar_plot_paints_a_long_row_of_positions(qtbot: Any) -> None:
     image = plot.grab().toImage()
     assert image.width() == 220 and plot.values() == (0.9,) * 31
     assert "31: 90%" in plot.toolTip()  # every position is still in the tooltip
+
+
+def test_first_window_fits_small_screens_and_keeps_its_size_on_large_ones() -> None:
+    from PySide6.QtCore import QRect
+
+    from ui.shell.main_window import PREFERRED_SIZE, fitted_geometry
+
+    for screen in (QRect(0, 0, 1024, 768 - 32), QRect(0, 27, 1366, 768 - 27), QRect(1920, 0, 1920, 1050)):
+        rect = fitted_geometry(screen)
+        assert screen.contains(rect), (screen, rect)  # nothing off screen, on a second monitor too
+        assert abs(rect.center().x() - screen.center().x()) <= 1 and abs(rect.center().y() - screen.center().y()) <= 1
+        assert rect.width() == min(PREFERRED_SIZE.width(), int(screen.width() * 0.95))
+        assert rect.height() == min(PREFERRED_SIZE.height(), int(screen.height() * 0.95))
+    assert fitted_geometry(QRect(0, 0, 2560, 1400)).size() == PREFERRED_SIZE

@@ -219,6 +219,7 @@ def run_gui(args: argparse.Namespace) -> int:
         from ui.shell.stall_probe import StallProbe
 
         probe = StallProbe(window, Path(args.stall_report))
+    window.place_on_screen()
     window.show()
 
     import qasync

@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QEvent, Signal, Slot
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtCore import QEvent, QRect, QSize, Signal, Slot
+from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -48,6 +48,18 @@ from ui.shell.settings_dialog import RUNTIME_FIELDS, SettingsDialog
 from ui.shell.spec_banner import SpecBanner, SpecState
 from ui.stats.side_panel import SidePanel
 
+PREFERRED_SIZE = QSize(1280, 800)
+
+
+def fitted_geometry(available: QRect, preferred: QSize = PREFERRED_SIZE) -> QRect:
+    """The first window's place: the preferred size, shrunk to 95% of a smaller screen's free area (a 1366x768
+    laptop less its panel), centred on it."""
+    width = min(preferred.width(), int(available.width() * 0.95))
+    height = min(preferred.height(), int(available.height() * 0.95))
+    rect = QRect(0, 0, width, height)
+    rect.moveCenter(available.center())
+    return rect
+
 
 class MainWindow(QMainWindow):
     modelsLoaded = Signal(object)  # LoadInfo
@@ -55,13 +67,22 @@ class MainWindow(QMainWindow):
     pickerOpened = Signal(object)  # the model picker dialog
     settingsOpened = Signal(object)  # the settings dialog
 
+    def place_on_screen(self) -> None:
+        """Before the first show: fit the window to the screen it opens on (at 1280x800 it ran off a 1024x768
+        screen, the side panel out of reach). No window manager does this for a plain resize."""
+        if QGuiApplication.platformName() == "offscreen":
+            return  # its 800x600 "screen" is nobody's: scripted runs and their pictures keep the default size
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is not None:
+            self.setGeometry(fitted_geometry(screen.availableGeometry()))
+
     def __init__(self, settings: Settings | None = None, store: ChatStore | None = None,
                  save_settings: bool = True) -> None:
         super().__init__()
         self.settings = settings or Settings()
         self._save_settings = save_settings
         self.setWindowTitle("SpecChat")
-        self.resize(1280, 800)
+        self.resize(PREFERRED_SIZE)
         self.store = store or ChatStore()
         self.store.load_all(lazy=True)
         self.worker = GenerationWorker(self)
