@@ -80,6 +80,8 @@ class Settings:
     show_colours: bool = True
     show_ghosts: bool = True
     compare: bool = False
+    # The main window's last place and size (Qt's saveGeometry, base64); "" until it was first closed.
+    window_geometry: str = ""
     # The file's layout: 2 since long copies default to "auto" (files without it are older: _migrate_copy_max).
     settings_version: int = SETTINGS_VERSION
     extra: dict[str, Any] = field(default_factory=dict, compare=False)

@@ -45,3 +45,32 @@ def test_first_window_fits_small_screens_and_keeps_its_size_on_large_ones() -> N
         assert rect.width() == min(PREFERRED_SIZE.width(), int(screen.width() * 0.95))
         assert rect.height() == min(PREFERRED_SIZE.height(), int(screen.height() * 0.95))
     assert fitted_geometry(QRect(0, 0, 2560, 1400)).size() == PREFERRED_SIZE
+
+
+def test_window_reopens_where_it_was_closed(qtbot: Any, tmp_path: Any, monkeypatch: Any) -> None:
+    from app import settings as settings_mod
+    from tests.gui_support import gui_home
+    from ui.shell import main_window
+    from ui.shell.main_window import MainWindow
+
+    monkeypatch.setattr(main_window, "on_real_screen", lambda: True)  # as on a desktop
+    with gui_home(tmp_path):
+        first = MainWindow(settings_mod.load()[0])
+        first.place_on_screen()  # nothing saved yet: fitted to the (800x600 offscreen) screen
+        fitted = first.geometry()
+        first.show()
+        first.setGeometry(30, 40, 760, 520)
+        qtbot.waitExposed(first)
+        closed_at = first.geometry()
+        first.close()
+        saved = settings_mod.load()[0]
+        assert saved.window_geometry  # written on close, atomically, with the other settings
+        second = MainWindow(saved)
+        qtbot.addWidget(second)
+        second.place_on_screen()
+        assert second.geometry() == closed_at and closed_at.width() == 760
+        # A damaged value is ignored, and the window is fitted to the screen instead.
+        third = MainWindow(settings_mod.Settings(window_geometry="not base64 geometry"))
+        qtbot.addWidget(third)
+        third.place_on_screen()
+        assert third.geometry() == fitted != closed_at

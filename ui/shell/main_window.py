@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QEvent, QRect, QSize, Signal, Slot
+from PySide6.QtCore import QByteArray, QEvent, QRect, QSize, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import (
     QApplication,
@@ -51,6 +51,12 @@ from ui.stats.side_panel import SidePanel
 PREFERRED_SIZE = QSize(1280, 800)
 
 
+def on_real_screen() -> bool:
+    """False on the offscreen platform: its 800x600 "screen" is nobody's, so scripted runs and their pictures
+    keep the default size, and the place a test window had is not kept."""
+    return QGuiApplication.platformName() != "offscreen"
+
+
 def fitted_geometry(available: QRect, preferred: QSize = PREFERRED_SIZE) -> QRect:
     """The first window's place: the preferred size, shrunk to 95% of a smaller screen's free area (a 1366x768
     laptop less its panel), centred on it."""
@@ -68,10 +74,14 @@ class MainWindow(QMainWindow):
     settingsOpened = Signal(object)  # the settings dialog
 
     def place_on_screen(self) -> None:
-        """Before the first show: fit the window to the screen it opens on (at 1280x800 it ran off a 1024x768
-        screen, the side panel out of reach). No window manager does this for a plain resize."""
-        if QGuiApplication.platformName() == "offscreen":
-            return  # its 800x600 "screen" is nobody's: scripted runs and their pictures keep the default size
+        """Before the first show: where the window was last closed, else fitted to the screen it opens on (at
+        1280x800 it ran off a 1024x768 screen, the side panel out of reach). Qt moves a saved place that is no
+        longer on any screen back onto one."""
+        if not on_real_screen():
+            return
+        saved = self.settings.window_geometry
+        if saved and self.restoreGeometry(QByteArray.fromBase64(saved.encode("ascii"))):
+            return
         screen = self.screen() or QGuiApplication.primaryScreen()
         if screen is not None:
             self.setGeometry(fitted_geometry(screen.availableGeometry()))
@@ -688,6 +698,8 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         # Cancel the reply (the engine ends within one step), close the models on their own
         # thread, and flush what was generated so far into the conversation file.
+        if self.isVisible() and on_real_screen():
+            self._remember(window_geometry=bytes(self.saveGeometry().toBase64().data()).decode("ascii"))
         self.hide()
         self.worker.shutdown()
         self.store.close()
