@@ -70,7 +70,7 @@ def test_window_reopens_where_it_was_closed(qtbot: Any, tmp_path: Any, monkeypat
         second.place_on_screen()
         assert second.geometry() == closed_at and closed_at.width() == 760
         # A damaged value is ignored, and the window is fitted to the screen instead.
-        third = MainWindow(settings_mod.Settings(window_geometry="not base64 geometry"))
+        third = MainWindow(settings_mod.Settings(window_geometry="not base64 géométrie"))  # hand-edited
         qtbot.addWidget(third)
         third.place_on_screen()
         assert third.geometry() == fitted != closed_at

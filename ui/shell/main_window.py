@@ -80,7 +80,7 @@ class MainWindow(QMainWindow):
         if not on_real_screen():
             return
         saved = self.settings.window_geometry
-        if saved and self.restoreGeometry(QByteArray.fromBase64(saved.encode("ascii"))):
+        if saved and self.restoreGeometry(QByteArray.fromBase64(saved.encode("ascii", "ignore"))):
             return
         screen = self.screen() or QGuiApplication.primaryScreen()
         if screen is not None:
