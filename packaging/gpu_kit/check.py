@@ -40,7 +40,9 @@ SHAPES = ("target-1.5b", "draft-0.5b", "target-7b")  # the demo pair's and the 7
 PAIRS = {"1.5b/0.5b": ("target-1.5b", "draft-0.5b"), "7b/0.5b": ("target-7b", "draft-0.5b"),
          "agreeing-0.5b/2-layer": ("agree-target", "agree-draft")}
 REPLAYED = ("1.5b/0.5b", "7b/0.5b")
-PHASES = ("environment", "synthesize", "memory", "costs", "engine", "speedups", "governor", "native")
+# The phases in order, with the seconds each needs left to start; native last: issue 12's fields come first.
+PHASES = {"environment": 1, "synthesize": 30, "memory": 30, "costs": 20, "engine": 20, "speedups": 2, "governor": 0,
+          "native": native_compare.MIN_LEFT_S}
 
 
 class Plan:
@@ -239,14 +241,11 @@ def main(argv: list[str]) -> int:
                 rep["errors"][f"native {pair}"] = error
             run.save()
 
-    # native last: issue 12's fields come first.
-    needs = {"environment": 1, "synthesize": 30, "memory": 30, "costs": 20, "engine": 20, "speedups": 2,
-             "governor": 0, "native": native_compare.MIN_LEFT_S}
     fns = {"environment": environment, "synthesize": synthesize, "memory": memory, "costs": costs, "engine": engine,
            "speedups": speedups, "governor": governor, "native": native}
-    for name in PHASES:
+    for name, needs in PHASES.items():
         if name in chosen:
-            run.phase(name, needs[name], fns[name])
+            run.phase(name, needs, fns[name])
         if name == "environment" and rep["errors"] and not args.dry_run:
             return 1  # the full-size models on a CPU would only spend the window
     rep["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")

@@ -133,13 +133,11 @@ def _engine(session: SpecSession, steady: bool, n_predict: int) -> dict:
     """The engine's own drafting, fixed K = 3, with the draft context's decode calls timed one by one."""
     ctx = session.draft_ctx
     assert ctx is not None
-    calls: list[tuple[int, Passes]] = []
+    by_rows: dict[int, Passes] = {}  # the draft context's decode calls, by row count
     decode = ctx.decode
 
     def timed(tokens, logits_for="last"):  # type: ignore[no-untyped-def]
-        one = Passes()
-        one.time(partial(decode, tokens, logits_for))
-        calls.append((len(tokens), one))
+        by_rows.setdefault(len(tokens), Passes()).time(partial(decode, tokens, logits_for))
 
     params = GenParams(mode="draft", n_predict=n_predict,
                        spec=SpecParams(adaptive=False, draft_max=3, steady_shapes=steady))
@@ -151,18 +149,13 @@ def _engine(session: SpecSession, steady: bool, n_predict: int) -> dict:
     finally:
         del ctx.decode  # back to the class's method
     # The prompt's catch-up (the drafter's prepare, before the first step) is not drafting time.
-    prompt_rows = len(prompt) - 32
-    calls = [c for c in calls if c[0] != prompt_rows]
+    by_rows.pop(len(prompt) - 32, None)
     draft_ms = sum(s.draft_ms for s in steps)
-    decode_ms = sum(one.ms[0] for _, one in calls)
-    by_rows: dict[int, Passes] = {}
-    for rows, one in calls:
-        into = by_rows.setdefault(rows, Passes())
-        into.ms += one.ms
-        into.graph += one.graph
+    decode_ms = sum(sum(p.ms) for p in by_rows.values())
     return {"steps": len(steps), "drafted": finish.stats.drafted, "accepted": finish.stats.accepted,
             "draft_ms": round(draft_ms, 2), "draft_decode_ms": round(decode_ms, 2),
-            "draft_decode_calls": len(calls), "draft_outside_decode_ms": round(draft_ms - decode_ms, 2),
+            "draft_decode_calls": sum(len(p.ms) for p in by_rows.values()),
+            "draft_outside_decode_ms": round(draft_ms - decode_ms, 2),
             "decode_by_rows": {str(r): p.summary() for r, p in sorted(by_rows.items())},
             "verify_ms": round(sum(s.verify_ms for s in steps), 2)}
 

@@ -169,10 +169,6 @@ class MemoryMeter(PaintedWidget):
             for s in layout_segments(self._values, self._budget, bar.width())
         ]
 
-    def short_summary(self) -> str:
-        """The compact bar's text on one line (the tooltip has the long form)."""
-        return ", ".join(self.compact_lines())
-
     def compact_lines(self) -> list[str]:
         """The compact bar's text as painted: the prediction, then what was measured on a line of its own
         ("system RAM 2.36/22.85 GiB, fits, measured 2.31" was cut at the side panel's width)."""
