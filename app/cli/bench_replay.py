@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--row-costs", action="append", default=[], metavar="NAME=R:C,...",
                    help="one more cost table, in plain steps by row count (e.g. run4=1:1,4:2.22,8:5.77,16:6.74,"
                    "32:13.0, as docs/BENCHMARKS.md lists them); may be given more than once")
+    p.add_argument("--clairvoyant", action="store_true",
+                   help="also replay lookup with sure copies cut exactly where each reply parts from them: the most "
+                   "a better rule for where a sure copy stops could gain (a third table)")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.set_defaults(func=_cmd_bench_replay)
 
@@ -92,9 +95,11 @@ def load_corpus(path: Path) -> dict[str, Any]:
     return data
 
 
-def replay(corpora: Sequence[dict[str, Any]], extra: Sequence[tuple[str, dict[int, float]]] = ()) -> dict[str, Any]:
+def replay(corpora: Sequence[dict[str, Any]], extra: Sequence[tuple[str, dict[int, float]]] = (),
+           clairvoyant: bool = False) -> dict[str, Any]:
     """Every corpus's replies on every corpus's row costs and on `extra` tables:
-    {"tables": [...], "rows": [...], "geomean": {...}}."""
+    {"tables": [...], "rows": [...], "geomean": {...}}. clairvoyant: each cell also holds the clairvoyant lookup's
+    speedup and its ratio to llama.cpp's best type (policy_replay.ClairvoyantLookup)."""
     tables = [(c["name"], {int(r): float(v) for r, v in c["row_costs"].items()}) for c in corpora] + list(extra)
     rows: list[dict[str, Any]] = []
     for c in corpora:
@@ -110,10 +115,15 @@ def replay(corpora: Sequence[dict[str, Any]], extra: Sequence[tuple[str, dict[in
                                                         p["n_predict"], eog.__contains__)
                 native = {mode: round(walk.speedup(costs), 4) for mode, walk in walks.items()}
                 best = max(native, key=lambda m: native[m])
-                row["costs"][name] = {"lookup": round(lookup, 4),
-                                      "bound": round(copy_bound.bound(p["prompt"], p["reply"], costs), 4),
-                                      "llama.cpp": native, "llama.cpp_best": best,
-                                      "vs_llama_cpp_best": round(lookup / native[best], 4)}
+                cell = row["costs"][name] = {"lookup": round(lookup, 4),
+                                             "bound": round(copy_bound.bound(p["prompt"], p["reply"], costs), 4),
+                                             "llama.cpp": native, "llama.cpp_best": best,
+                                             "vs_llama_cpp_best": round(lookup / native[best], 4)}
+                if clairvoyant:
+                    seer = policy_replay.replayed_speedup(p["prompt"], p["reply"], p["stopped"], costs, spec,
+                                                          p["n_predict"], eog.__contains__, mode="clairvoyant")
+                    cell["clairvoyant"] = round(seer, 4)
+                    cell["clairvoyant_vs_llama_cpp_best"] = round(seer / native[best], 4)
             rows.append(row)
     geomean, vs_best = {}, {}
     for c in corpora:
@@ -121,8 +131,14 @@ def replay(corpora: Sequence[dict[str, Any]], extra: Sequence[tuple[str, dict[in
         geomean[c["name"]] = {name: _geomean([r["costs"][name]["lookup"] for r in mine]) for name, _ in tables}
         vs_best[c["name"]] = {name: _geomean([r["costs"][name]["vs_llama_cpp_best"] for r in mine])
                               for name, _ in tables}
-    return {"tables": [name for name, _ in tables], "rows": rows, "geomean": geomean,
-            "geomean_vs_llama_cpp_best": vs_best}
+    result = {"tables": [name for name, _ in tables], "rows": rows, "geomean": geomean,
+              "geomean_vs_llama_cpp_best": vs_best}
+    if clairvoyant:
+        result["geomean_clairvoyant_vs_llama_cpp_best"] = {
+            c["name"]: {name: _geomean([r["costs"][name]["clairvoyant_vs_llama_cpp_best"]
+                                        for r in rows if r["corpus"] == c["name"]]) for name, _ in tables}
+            for c in corpora}
+    return result
 
 
 def _geomean(values: Sequence[float]) -> float | None:
@@ -140,6 +156,13 @@ def format_replay(result: dict[str, Any]) -> str:
     lines += _per_prompt(result, width,
                          lambda c: f"{c['vs_llama_cpp_best']:5.3f} {c['llama.cpp_best'].removeprefix('ngram-'):>9}",
                          result["geomean_vs_llama_cpp_best"], "5.3f", 10)
+    if "geomean_clairvoyant_vs_llama_cpp_best" in result:
+        lines += ["", "the same with clairvoyant sure-copy cuts (each copy stops exactly where the reply parts from "
+                  "it): the most a better cut rule could gain:"]
+        lines += _per_prompt(result, width,
+                             lambda c: f"{c['clairvoyant_vs_llama_cpp_best']:5.3f} "
+                                       f"{c['llama.cpp_best'].removeprefix('ngram-'):>9}",
+                             result["geomean_clairvoyant_vs_llama_cpp_best"], "5.3f", 10)
     return "\n".join(lines)
 
 
@@ -167,7 +190,7 @@ def _cmd_bench_replay(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise UserError(f"two cost tables have the same name ({', '.join(names)}): corpora are named by "
                         "--replay-name when recorded, --row-costs tables by their NAME.")
-    result = replay(corpora, extra)
+    result = replay(corpora, extra, clairvoyant=args.clairvoyant)
     print(json.dumps(result, indent=2) if args.json else format_replay(result))
     return 0
 

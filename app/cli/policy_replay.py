@@ -17,7 +17,10 @@ import numpy as np
 from app.cli.copy_bound import row_cost
 from app.engine.drafters import LookupDrafter, NoDrafter
 from app.engine.events import FinishEvent
+from app.engine.ngram import PromptLookup, common_prefix
 from app.engine.speculative import SpecEngine, SpecParams
+
+MODES = ("none", "lookup", "clairvoyant")
 
 
 class _Clock:
@@ -105,6 +108,22 @@ class StandInTarget:
         return common
 
 
+class ClairvoyantLookup(PromptLookup):
+    """SpecChat's lookup, except that a sure copy stops exactly where the recorded reply parts from it, and nowhere
+    else (no cut before an edited token, an unconfirmed substitution or an ambiguous source). Everything else
+    (when a copy is sure, its length cap, the governors) is unchanged, so its replay is the most any rule deciding
+    where a sure copy stops could gain on that reply (docs/BENCHMARKS.md, run 28)."""
+
+    def __init__(self, sequence: Sequence[int]) -> None:
+        super().__init__()
+        self.sequence = sequence  # prompt, reply and its end of turn
+
+    def _sure_cut(self, context: Sequence[int], s: int, tokens: tuple[int, ...], origins: list[int | None],
+                  applied: list[tuple[int, tuple[int, ...]]]) -> int:
+        end = len(context)
+        return common_prefix(tokens, self.sequence[end:end + len(tokens)])
+
+
 def template_end(prompt: Sequence[int], is_eog: Callable[[int], bool], default: int = -1) -> int:
     """The chat template's end-of-turn token: the last end-of-generation token in the prompt (what a reply that
     stopped ended with), or `default` when the prompt has none."""
@@ -113,7 +132,8 @@ def template_end(prompt: Sequence[int], is_eog: Callable[[int], bool], default: 
 
 def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs: Mapping[int, float], mode: str,
               spec: SpecParams, n_predict: int | None = None, is_eog: Callable[[int], bool] | None = None) -> float:
-    """The decode time of `mode` ("none" or "lookup") writing `reply` after `prompt`, in plain-step ms. `stopped`:
+    """The decode time of `mode` ("none", "lookup" or "clairvoyant", see ClairvoyantLookup) writing `reply` after
+    `prompt`, in plain-step ms. `stopped`:
     the reply ended with an end-of-generation token (one more step), rather than at its token budget.
     `n_predict`: the budget the recorded run had. The engine never drafts past the budget, so a replay given
     only the reply's own length would never pay for drafts that run past the reply's end, as real runs do.
@@ -125,7 +145,13 @@ def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs:
         eog = template_end(prompt, is_eog, eog)
     clock = _Clock()
     target = StandInTarget([*prompt, *reply, eog], eog, costs, clock, is_eog=is_eog)
-    drafter = LookupDrafter() if mode == "lookup" else NoDrafter()
+    if mode not in MODES:
+        raise ValueError(f"no replay mode {mode!r}: use one of {', '.join(MODES)}")
+    drafter: LookupDrafter | NoDrafter = NoDrafter()
+    if mode != "none":
+        drafter = LookupDrafter()
+        if mode == "clairvoyant":
+            drafter.lookup = ClairvoyantLookup(target.sequence)
     engine = SpecEngine(target, drafter, clock=clock)  # type: ignore[arg-type]  # the context's surface, stood in
     least = len(reply) + 1 if stopped else len(reply)
     n_predict = least if n_predict is None or not stopped else max(n_predict, least)
@@ -137,8 +163,9 @@ def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs:
 
 def replayed_speedup(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs: Mapping[int, float],
                      spec: SpecParams, n_predict: int | None = None,
-                     is_eog: Callable[[int], bool] | None = None) -> float:
-    """SpecChat's lookup against plain decoding on the same reply and costs, in plain steps (1.0: no gain)."""
+                     is_eog: Callable[[int], bool] | None = None, mode: str = "lookup") -> float:
+    """SpecChat's lookup (or `mode`) against plain decoding on the same reply and costs, in plain steps (1.0: no
+    gain)."""
     plain = replay_ms(prompt, reply, stopped, costs, "none", spec, n_predict, is_eog)
-    spent = replay_ms(prompt, reply, stopped, costs, "lookup", spec, n_predict, is_eog)
+    spent = replay_ms(prompt, reply, stopped, costs, mode, spec, n_predict, is_eog)
     return plain / spent if spent > 0 else 1.0

@@ -267,15 +267,21 @@ class PromptLookup:
             return None
         applied: list[tuple[int, tuple[int, ...]]] = []
         tokens, origins = self._stream(context, s, self._j, min(k, self.params.tokens_per_match * self._run), applied)
-        n = self._cut(context, origins, cut_at_edits)
-        if cut_at_edits:
-            # Stop before a substitution the reply has not made a second time: one break can look like a rename
-            # when the reply skipped or rewrote a passage (edit-rename-class's reply drops a class, so
-            # `OrderLine` looked renamed to `Basket`).
-            n = next((i for i, x in applied if i < n and x not in self._confirmed), n)
+        n = self._cut(context, origins)
         if cut_at_edits and n > 0:
-            n = self._unambiguous(context, s, origins, n)
+            n = self._sure_cut(context, s, tokens[:n], origins[:n], applied)
         return Proposal(tokens[:n], s, self._run, None) if n > 0 else None
+
+    def _sure_cut(self, context: Sequence[int], s: int, tokens: tuple[int, ...], origins: list[int | None],
+                  applied: list[tuple[int, tuple[int, ...]]]) -> int:
+        """How many of a copy's tokens (already cut before any slot) a sure copy keeps: see running_copy.
+        (policy_replay's clairvoyant lookup overrides it, to measure what a perfect rule would gain.)"""
+        n = self._cut(context, origins, at_edits=True)
+        # Stop before a substitution the reply has not made a second time: one break can look like a rename when
+        # the reply skipped or rewrote a passage (edit-rename-class's reply drops a class, so `OrderLine` looked
+        # renamed to `Basket`).
+        n = next((i for i, x in applied if i < n and x not in self._confirmed), n)
+        return self._unambiguous(context, s, origins, n) if n > 0 else 0
 
     def _unambiguous(self, context: Sequence[int], s: int, origins: list[int | None], n: int) -> int:
         """How many of a copy's n tokens come before its source parts from another spot that the context's
