@@ -35,8 +35,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="one more cost table, in plain steps by row count (e.g. run4=1:1,4:2.22,8:5.77,16:6.74,"
                    "32:13.0, as docs/BENCHMARKS.md lists them); may be given more than once")
     p.add_argument("--clairvoyant", action="store_true",
-                   help="also replay lookup with sure copies cut exactly where each reply parts from them: the most "
-                   "a better rule for where a sure copy stops could gain (a third table)")
+                   help="also replay lookup with sure copies cut exactly where each reply parts from them: what a "
+                   "perfect rule for where a sure copy stops would give (a third table)")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.set_defaults(func=_cmd_bench_replay)
 
@@ -158,7 +158,7 @@ def format_replay(result: dict[str, Any]) -> str:
                          result["geomean_vs_llama_cpp_best"], "5.3f", 10)
     if "geomean_clairvoyant_vs_llama_cpp_best" in result:
         lines += ["", "the same with clairvoyant sure-copy cuts (each copy stops exactly where the reply parts from "
-                  "it): the most a better cut rule could gain:"]
+                  "it): what a perfect cut rule would give:"]
         lines += _per_prompt(result, width,
                              lambda c: f"{c['clairvoyant_vs_llama_cpp_best']:5.3f} "
                                        f"{c['llama.cpp_best'].removeprefix('ngram-'):>9}",

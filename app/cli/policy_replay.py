@@ -111,8 +111,9 @@ class StandInTarget:
 class ClairvoyantLookup(PromptLookup):
     """SpecChat's lookup, except that a sure copy stops exactly where the recorded reply parts from it, and nowhere
     else (no cut before an edited token, an unconfirmed substitution or an ambiguous source). Everything else
-    (when a copy is sure, its length cap, the governors) is unchanged, so its replay is the most any rule deciding
-    where a sure copy stops could gain on that reply (docs/BENCHMARKS.md, run 28)."""
+    (when a copy is sure, its length cap, the governors) is unchanged, so its replay shows what a perfect rule for
+    where a sure copy stops would give on that reply (docs/BENCHMARKS.md, run 28). Not a strict bound: a copy cut
+    below SURE_COPY_MIN tokens is not taken, where a longer one that breaks late still pays."""
 
     def __init__(self, sequence: Sequence[int]) -> None:
         super().__init__()
@@ -133,8 +134,8 @@ def template_end(prompt: Sequence[int], is_eog: Callable[[int], bool], default: 
 def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs: Mapping[int, float], mode: str,
               spec: SpecParams, n_predict: int | None = None, is_eog: Callable[[int], bool] | None = None) -> float:
     """The decode time of `mode` ("none", "lookup" or "clairvoyant", see ClairvoyantLookup) writing `reply` after
-    `prompt`, in plain-step ms. `stopped`:
-    the reply ended with an end-of-generation token (one more step), rather than at its token budget.
+    `prompt`, in plain-step ms. `stopped`: the reply ended with an end-of-generation token (one more step), rather
+    than at its token budget.
     `n_predict`: the budget the recorded run had. The engine never drafts past the budget, so a replay given
     only the reply's own length would never pay for drafts that run past the reply's end, as real runs do.
     `is_eog`: the real model's end-of-generation test. The reply then ends with the template's end-of-turn token
