@@ -267,7 +267,7 @@ class PromptLookup:
             return None
         applied: list[tuple[int, tuple[int, ...]]] = []
         tokens, origins = self._stream(context, s, self._j, min(k, self.params.tokens_per_match * self._run), applied)
-        n = self._cut(context, origins)
+        n = self._cut(origins)
         if cut_at_edits and n > 0:
             n = self._sure_cut(context, s, tokens[:n], origins[:n], applied)
         return Proposal(tokens[:n], s, self._run, None) if n > 0 else None
@@ -275,8 +275,10 @@ class PromptLookup:
     def _sure_cut(self, context: Sequence[int], s: int, tokens: tuple[int, ...], origins: list[int | None],
                   applied: list[tuple[int, tuple[int, ...]]]) -> int:
         """How many of a copy's tokens (already cut before any slot) a sure copy keeps: see running_copy.
-        (policy_replay's clairvoyant lookup overrides it, to measure what a perfect rule would gain.)"""
-        n = self._cut(context, origins, at_edits=True)
+        (policy_replay's clairvoyant lookup overrides it, to measure what a perfect rule would give.)"""
+        # Stop before the next source token at which one of this reply's copies broke off before.
+        edited = self._edited
+        n = next((i for i, o in enumerate(origins) if o is not None and context[o] in edited), len(origins))
         # Stop before a substitution the reply has not made a second time: one break can look like a rename when
         # the reply skipped or rewrote a passage (edit-rename-class's reply drops a class, so `OrderLine` looked
         # renamed to `Basket`).
@@ -306,15 +308,12 @@ class PromptLookup:
             return n
         return next((j for j, o in enumerate(origins[:n]) if o is not None and o >= s + agree), n)
 
-    def _cut(self, context: Sequence[int], origins: list[int | None], at_edits: bool = False) -> int:
-        """How many of a copy's tokens come before the first one taken from a slot or, with at_edits, from a
-        source token this reply's copies broke off at before (all of them: none is)."""
+    def _cut(self, origins: list[int | None]) -> int:
+        """How many of a copy's tokens come before the first one taken from a slot (all of them: none is)."""
         slots = self._slots
-        edited = self._edited if at_edits else ()
-        if not slots and not edited:
+        if not slots:
             return len(origins)
-        return next((i for i, o in enumerate(origins) if o is not None and (o in slots or context[o] in edited)),
-                    len(origins))
+        return next((i for i, o in enumerate(origins) if o is not None and o in slots), len(origins))
 
     def _sub_at(self, context: Sequence[int], s: int, end: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """The learned substitution whose source tokens start at s (and end before `end`), if any."""
@@ -460,7 +459,7 @@ class PromptLookup:
         if key is not None:
             n = min(n, self._caps.get(key, n))
         tokens, origins = self._stream(context, source, self._j, n)
-        n = self._cut(context, origins)
+        n = self._cut(origins)
         if n == 0:
             return None  # the copy starts at a slot; it goes on running, so its next tokens may still draft
         return Proposal(tokens[:n], source, match, key, local)
