@@ -95,8 +95,8 @@ def test_clairvoyant_sure_copies_stop_exactly_where_the_reply_parts_and_pay_more
     assert any(e.accepted < len(e.drafted) for e in _copy_steps(prompt, reply, clairvoyant=False))
     costs = CPU
     spec = SpecParams(copy_max=31, sure_copies=True)
-    speedups = {mode: policy_replay.replayed_speedup(prompt, reply, True, costs, spec, 256, EOT.__eq__, mode=mode)
-                for mode in ("lookup", "clairvoyant")}
+    speedups = policy_replay.replayed_speedups(prompt, reply, True, costs, spec, 256, EOT.__eq__,
+                                               modes=("lookup", "clairvoyant"))
     assert speedups["clairvoyant"] > speedups["lookup"] > 1.0
     with pytest.raises(ValueError, match="clairvoyant"):
         policy_replay.replay_ms(prompt, reply, True, costs, "psychic", spec)

@@ -102,6 +102,7 @@ def replay(corpora: Sequence[dict[str, Any]], extra: Sequence[tuple[str, dict[in
     speedup and its ratio to llama.cpp's best type (policy_replay.ClairvoyantLookup)."""
     tables = [(c["name"], {int(r): float(v) for r, v in c["row_costs"].items()}) for c in corpora] + list(extra)
     rows: list[dict[str, Any]] = []
+    modes = ("lookup", "clairvoyant") if clairvoyant else ("lookup",)
     for c in corpora:
         eog = set(c["eog"])
         spec = SpecParams(copy_max=int(c["spec"]["copy_max"]), sure_copies=bool(c["spec"]["sure_copies"]))
@@ -111,33 +112,28 @@ def replay(corpora: Sequence[dict[str, Any]], extra: Sequence[tuple[str, dict[in
             walks = {mode: native_replay.replay(mode, p["prompt"], p["reply"], p["stopped"], p["n_predict"], end)
                      for mode in native_replay.REPLAYED}  # the drafts are the same on every table: walked once
             for name, costs in tables:
-                lookup = policy_replay.replayed_speedup(p["prompt"], p["reply"], p["stopped"], costs, spec,
-                                                        p["n_predict"], eog.__contains__)
+                speedups = policy_replay.replayed_speedups(p["prompt"], p["reply"], p["stopped"], costs, spec,
+                                                           p["n_predict"], eog.__contains__, modes)
                 native = {mode: round(walk.speedup(costs), 4) for mode, walk in walks.items()}
                 best = max(native, key=lambda m: native[m])
-                cell = row["costs"][name] = {"lookup": round(lookup, 4),
+                cell = row["costs"][name] = {"lookup": round(speedups["lookup"], 4),
                                              "bound": round(copy_bound.bound(p["prompt"], p["reply"], costs), 4),
                                              "llama.cpp": native, "llama.cpp_best": best,
-                                             "vs_llama_cpp_best": round(lookup / native[best], 4)}
+                                             "vs_llama_cpp_best": round(speedups["lookup"] / native[best], 4)}
                 if clairvoyant:
-                    seer = policy_replay.replayed_speedup(p["prompt"], p["reply"], p["stopped"], costs, spec,
-                                                          p["n_predict"], eog.__contains__, mode="clairvoyant")
-                    cell["clairvoyant"] = round(seer, 4)
-                    cell["clairvoyant_vs_llama_cpp_best"] = round(seer / native[best], 4)
+                    cell["clairvoyant"] = round(speedups["clairvoyant"], 4)
+                    cell["clairvoyant_vs_llama_cpp_best"] = round(speedups["clairvoyant"] / native[best], 4)
             rows.append(row)
-    geomean, vs_best = {}, {}
-    for c in corpora:
-        mine = [r for r in rows if r["corpus"] == c["name"]]
-        geomean[c["name"]] = {name: _geomean([r["costs"][name]["lookup"] for r in mine]) for name, _ in tables}
-        vs_best[c["name"]] = {name: _geomean([r["costs"][name]["vs_llama_cpp_best"] for r in mine])
-                              for name, _ in tables}
-    result = {"tables": [name for name, _ in tables], "rows": rows, "geomean": geomean,
-              "geomean_vs_llama_cpp_best": vs_best}
+
+    def means(key: str) -> dict[str, dict[str, float | None]]:
+        """Each corpus's geometric mean of `key` over its prompts, per cost table."""
+        return {c["name"]: {name: _geomean([r["costs"][name][key] for r in rows if r["corpus"] == c["name"]])
+                            for name, _ in tables} for c in corpora}
+
+    result = {"tables": [name for name, _ in tables], "rows": rows, "geomean": means("lookup"),
+              "geomean_vs_llama_cpp_best": means("vs_llama_cpp_best")}
     if clairvoyant:
-        result["geomean_clairvoyant_vs_llama_cpp_best"] = {
-            c["name"]: {name: _geomean([r["costs"][name]["clairvoyant_vs_llama_cpp_best"]
-                                        for r in rows if r["corpus"] == c["name"]]) for name, _ in tables}
-            for c in corpora}
+        result["geomean_clairvoyant_vs_llama_cpp_best"] = means("clairvoyant_vs_llama_cpp_best")
     return result
 
 
@@ -153,17 +149,18 @@ def format_replay(result: dict[str, Any]) -> str:
                          result["geomean"], "7.3f", 8)
     lines += ["", "lookup replayed / llama.cpp's best n-gram type replayed on the same reply and costs (which type; "
               "under 1.00: llama.cpp's is faster):"]
-    lines += _per_prompt(result, width,
-                         lambda c: f"{c['vs_llama_cpp_best']:5.3f} {c['llama.cpp_best'].removeprefix('ngram-'):>9}",
-                         result["geomean_vs_llama_cpp_best"], "5.3f", 10)
+    lines += _vs_best(result, width, "vs_llama_cpp_best")
     if "geomean_clairvoyant_vs_llama_cpp_best" in result:
         lines += ["", "the same with clairvoyant sure-copy cuts (each copy stops exactly where the reply parts from "
                   "it): what a perfect cut rule would give:"]
-        lines += _per_prompt(result, width,
-                             lambda c: f"{c['clairvoyant_vs_llama_cpp_best']:5.3f} "
-                                       f"{c['llama.cpp_best'].removeprefix('ngram-'):>9}",
-                             result["geomean_clairvoyant_vs_llama_cpp_best"], "5.3f", 10)
+        lines += _vs_best(result, width, "clairvoyant_vs_llama_cpp_best")
     return "\n".join(lines)
+
+
+def _vs_best(result: dict[str, Any], width: int, key: str) -> list[str]:
+    """The table of a ratio to llama.cpp's best type (`key`), each cell naming that type."""
+    return _per_prompt(result, width, lambda c: f"{c[key]:5.3f} {c['llama.cpp_best'].removeprefix('ngram-'):>9}",
+                       result[f"geomean_{key}"], "5.3f", 10)
 
 
 def _per_prompt(result: dict[str, Any], width: int, cell: Callable[[dict[str, Any]], str],

@@ -162,11 +162,18 @@ def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs:
     return finish[0].stats.decode_ms
 
 
-def replayed_speedup(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs: Mapping[int, float],
-                     spec: SpecParams, n_predict: int | None = None,
-                     is_eog: Callable[[int], bool] | None = None, mode: str = "lookup") -> float:
-    """SpecChat's lookup (or `mode`) against plain decoding on the same reply and costs, in plain steps (1.0: no
+def replayed_speedups(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs: Mapping[int, float],
+                      spec: SpecParams, n_predict: int | None = None, is_eog: Callable[[int], bool] | None = None,
+                      modes: Sequence[str] = ("lookup",)) -> dict[str, float]:
+    """Each of `modes` against plain decoding (replayed once) on the same reply and costs, in plain steps (1.0: no
     gain)."""
     plain = replay_ms(prompt, reply, stopped, costs, "none", spec, n_predict, is_eog)
-    spent = replay_ms(prompt, reply, stopped, costs, mode, spec, n_predict, is_eog)
-    return plain / spent if spent > 0 else 1.0
+    spent = {mode: replay_ms(prompt, reply, stopped, costs, mode, spec, n_predict, is_eog) for mode in modes}
+    return {mode: plain / ms if ms > 0 else 1.0 for mode, ms in spent.items()}
+
+
+def replayed_speedup(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs: Mapping[int, float],
+                     spec: SpecParams, n_predict: int | None = None,
+                     is_eog: Callable[[int], bool] | None = None) -> float:
+    """SpecChat's lookup against plain decoding on the same reply and costs, in plain steps (1.0: no gain)."""
+    return replayed_speedups(prompt, reply, stopped, costs, spec, n_predict, is_eog)["lookup"]
