@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -10,13 +11,13 @@ from typing import Any
 import pytest
 
 from app.cli import policy_replay
-from app.cli.bench_replay import corpus, parse_row_costs, write_corpus
+from app.cli.bench_replay import corpus, corpus_spec, parse_row_costs, write_corpus
 from app.cli.main import main
 from app.cli.native_replay import REPLAYED
 from app.cli.options import EXIT_BAD_INPUT, UserError
-from app.engine.drafters import LookupDrafter
+from app.engine.drafters import COPY_MAX_AUTO, SURE_COPY_LONG, LookupDrafter
 from app.engine.events import StepEvent
-from app.engine.speculative import SpecEngine, SpecParams
+from app.engine.speculative import SpecEngine, SpecParams, resolve_copies
 
 EOT = 9  # the template's end of turn: in the prompt, and what ends a reply that stopped
 PASSAGE = list(range(100, 160))
@@ -72,15 +73,45 @@ def test_corpora_are_crossed_with_each_others_costs(tmp_path: Path, capsys: pyte
     assert "[a]" in text and "[b]" in text and "geometric mean [b]" in text
 
 
-def _copy_steps(prompt: list[int], reply: list[int], clairvoyant: bool) -> list[StepEvent]:
+SURE_31 = SpecParams(copy_max=31, sure_copies=True)  # sure copies of at most 31 tokens
+
+
+def _copy_steps(prompt: list[int], reply: list[int], clairvoyant: bool = False,
+                spec: SpecParams = SURE_31) -> list[StepEvent]:
     clock = policy_replay._Clock()
     target = policy_replay.StandInTarget([*prompt, *reply, EOT], EOT, CPU, clock, is_eog=EOT.__eq__)
     drafter = LookupDrafter()
     if clairvoyant:
         drafter.lookup = policy_replay.ClairvoyantLookup(target.sequence)
     engine = SpecEngine(target, drafter, clock=clock)  # type: ignore[arg-type]  # the stand-in context
-    events = engine.generate(prompt, 256, spec=SpecParams(copy_max=31, sure_copies=True))
+    events = engine.generate(prompt, 400, spec=spec)
     return [e for e in events if isinstance(e, StepEvent) and e.copy]
+
+
+def test_a_sure_copy_runs_longer_only_after_a_clean_one_and_only_on_auto() -> None:
+    passage = list(range(100, 300))
+    prompt = [1, 2, *passage, EOT, 3]
+    auto = resolve_copies(SpecParams(copy_max=COPY_MAX_AUTO), target_on_gpu=False)
+    assert auto.sure_copy_long == SURE_COPY_LONG > auto.copy_max
+    # A verbatim copy: the first sure copy is cut at copy_max; once it was accepted whole, the next run longer.
+    steps = [(len(e.drafted), e.accepted) for e in _copy_steps(prompt, passage, spec=auto)]
+    assert steps[0] == (auto.copy_max, auto.copy_max) and steps[1] == (SURE_COPY_LONG, SURE_COPY_LONG)
+    # An explicit K bounds them all.
+    assert max(len(e.drafted) for e in _copy_steps(prompt, passage, spec=replace(auto, sure_copy_long=0))) == 31
+    # A copy that broke off (the reply inserts a token) is not clean: the one after it stays at copy_max.
+    broken = [(len(e.drafted), e.accepted) for e in _copy_steps(prompt, [*passage[:40], 77, *passage[40:]], spec=auto)]
+    assert broken[0][1] < broken[0][0] and broken[1][0] <= auto.copy_max
+    assert max(n for n, _ in broken) == SURE_COPY_LONG  # clean again, longer again
+
+
+def test_old_corpora_replay_with_todays_auto(tmp_path: Path) -> None:
+    """A corpus written before sure_copy_long holds what "auto" resolved to then; one written now records it."""
+    assert corpus_spec({"copy_max": 31, "sure_copies": True}) == resolve_copies(SpecParams(copy_max=COPY_MAX_AUTO),
+                                                                                target_on_gpu=False)
+    assert corpus_spec({"copy_max": 31, "sure_copies": False}).sure_copy_long == 0  # governed on a GPU
+    assert corpus_spec({"copy_max": 15, "sure_copies": True}) == SpecParams(copy_max=15, sure_copies=True)
+    recorded = json.loads(_corpus(tmp_path / "now.json", "now", CPU).read_text(encoding="utf-8"))["spec"]
+    assert corpus_spec(recorded) == SpecParams(copy_max=31, sure_copies=True)  # what _corpus ran with
 
 
 def test_clairvoyant_sure_copies_stop_exactly_where_the_reply_parts_and_pay_more(

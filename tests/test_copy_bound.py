@@ -8,9 +8,9 @@ import pytest
 
 from app.cli import copy_bound, policy_replay
 from app.cli.native_replay import REPLAYED
-from app.engine.drafters import AUTO_COPY_MAX, LookupDrafter
+from app.engine.drafters import COPY_MAX_AUTO, LookupDrafter
 from app.engine.events import FinishEvent, StepEvent
-from app.engine.speculative import SpecEngine, SpecParams
+from app.engine.speculative import SpecEngine, SpecParams, resolve_copies
 from tests.test_bench import _suite
 from tests.test_cli import specchat
 
@@ -48,13 +48,13 @@ def test_row_costs_are_measured_on_the_real_target(smol_session):
     costs = copy_bound.measure_row_costs(smol_session, prompt, rows=(1, 2, 8), repeats=2)
     assert set(costs) == {1, 2, 8} and costs[1] == 1.0 and all(c > 0 for c in costs.values())
     assert smol_session.target_ctx.n_past == 0  # caches left empty, as the bench's next run expects
-    # llama.cpp's n-gram types verify up to 65 rows, more than SpecChat's context takes logits for (32): those
+    # llama.cpp's n-gram types verify up to 65 rows, more than SpecChat's context takes logits for (48): those
     # are timed in a wider context of the same model, and the session's own context is left as it was.
     own = smol_session.target_ctx
-    assert own.max_rows < 48
-    wide = copy_bound.measure_row_costs(smol_session, prompt, rows=(1, own.max_rows, 48), repeats=1)
-    assert set(wide) == {1, own.max_rows, 48} and wide[48] > 0
-    assert smol_session.target_ctx is own and own.max_rows < 48 and own.n_past == 0
+    assert own.max_rows < 64
+    wide = copy_bound.measure_row_costs(smol_session, prompt, rows=(1, own.max_rows, 64), repeats=1)
+    assert set(wide) == {1, own.max_rows, 64} and wide[64] > 0
+    assert smol_session.target_ctx is own and own.max_rows < 64 and own.n_past == 0
 
 
 def test_bench_cli_prints_each_prompts_copy_bound(smol_path, tmp_path):
@@ -80,7 +80,7 @@ def test_bench_cli_prints_each_prompts_copy_bound(smol_path, tmp_path):
     assert "llama.cpp's n-gram types replayed alike on echo: ngram-simple" in table.stdout
 
 
-CPU_SPEC = SpecParams(copy_max=AUTO_COPY_MAX, sure_copies=True)  # what resolve_spec gives on the CPU
+CPU_SPEC = resolve_copies(SpecParams(copy_max=COPY_MAX_AUTO), target_on_gpu=False)  # what resolve_spec gives on the CPU
 
 
 def test_replayed_plain_decoding_costs_one_step_per_decoded_token():

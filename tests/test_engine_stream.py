@@ -143,17 +143,20 @@ def test_first_token_comes_from_the_prompt_pass_and_a_rerun_reuses_it(smol_sessi
 
 def test_long_copies_are_governed_on_a_gpu_and_sure_on_the_cpu(smol_session, monkeypatch):
     """copy_max "auto" (the settings' default) is K up to 31 for long copies; where the target runs on a GPU
-    the copy governor judges them, on the CPU only sure copies are taken; explicit values stand."""
+    the copy governor judges them, on the CPU only sure copies are taken, which may run to 47 after a clean one;
+    explicit values stand."""
     import app.engine.session as session_mod
-    from app.engine.drafters import AUTO_COPY_MAX, COPY_MAX_AUTO
+    from app.engine.drafters import AUTO_COPY_MAX, COPY_MAX_AUTO, SURE_COPY_LONG
     from app.engine.speculative import SpecParams
     from app.llama_backend import supports_gpu_offload
 
     auto = SpecParams(copy_max=COPY_MAX_AUTO)
     on_gpu = supports_gpu_offload() and smol_session.config.n_gpu_layers != 0
-    assert smol_session.resolve_spec(auto) == SpecParams(copy_max=AUTO_COPY_MAX, sure_copies=not on_gpu)
-    assert smol_session.resolve_spec(SpecParams(copy_max=15)).copy_max == 15
+    on_cpu = SpecParams(copy_max=AUTO_COPY_MAX, sure_copies=True, sure_copy_long=SURE_COPY_LONG)
+    assert smol_session.resolve_spec(auto) == (SpecParams(copy_max=AUTO_COPY_MAX) if on_gpu else on_cpu)
+    # An explicit K stands, and bounds every sure copy: none runs longer after a clean one.
+    assert smol_session.resolve_spec(SpecParams(copy_max=15)) == SpecParams(copy_max=15, sure_copies=not on_gpu)
     monkeypatch.setattr(session_mod, "supports_gpu_offload", lambda: True)
     assert smol_session.resolve_spec(auto) == SpecParams(copy_max=AUTO_COPY_MAX)
     monkeypatch.setattr(smol_session, "config", replace(smol_session.config, n_gpu_layers=0))
-    assert smol_session.resolve_spec(auto) == SpecParams(copy_max=AUTO_COPY_MAX, sure_copies=True)  # target on the CPU
+    assert smol_session.resolve_spec(auto) == on_cpu  # target on the CPU

@@ -21,7 +21,8 @@ from typing import Any
 from app.atomic import atomic_write_text
 from app.cli import copy_bound, native_replay, policy_replay
 from app.cli.options import UserError
-from app.engine.speculative import SpecParams
+from app.engine.drafters import AUTO_COPY_MAX, COPY_MAX_AUTO
+from app.engine.speculative import SpecParams, resolve_copies
 
 FORMAT = "specchat-replay-corpus/1"
 
@@ -71,14 +72,25 @@ def corpus(prompts: Mapping[str, Sequence[int]], replies: Mapping[str, Any], cos
            eog: Sequence[int], spec: SpecParams, machine: Mapping[str, Any], name: str) -> dict[str, Any]:
     """A corpus as `bench --replay-out` writes it. replies: BenchRun-like objects of the plain mode by prompt id."""
     return {
-        "format": FORMAT, "name": name, "machine": dict(machine), "spec": {"copy_max": spec.copy_max,
-                                                                          "sure_copies": spec.sure_copies},
+        "format": FORMAT, "name": name, "machine": dict(machine),
+        "spec": {"copy_max": spec.copy_max, "sure_copies": spec.sure_copies, "sure_copy_long": spec.sure_copy_long},
         "row_costs": {str(r): round(c, 4) for r, c in costs.items()},
         "eog": sorted(set(eog)),
         "prompts": {pid: {"prompt": list(prompts[pid]), "reply": list(run.token_ids),
                           "stopped": run.finish_reason == "stop", "n_predict": run.n_predict}
                     for pid, run in replies.items() if pid in prompts},
     }
+
+
+def corpus_spec(recorded: Mapping[str, Any]) -> SpecParams:
+    """The settings a corpus's run drafted with. A corpus from before `sure_copy_long` holds what copy_max "auto"
+    resolved to (every bench run so far used it), so it replays with today's "auto"."""
+    copy_max, sure = int(recorded["copy_max"]), bool(recorded["sure_copies"])
+    if "sure_copy_long" in recorded:
+        return SpecParams(copy_max=copy_max, sure_copies=sure, sure_copy_long=int(recorded["sure_copy_long"]))
+    if copy_max == AUTO_COPY_MAX:
+        return resolve_copies(SpecParams(copy_max=COPY_MAX_AUTO), target_on_gpu=not sure)
+    return SpecParams(copy_max=copy_max, sure_copies=sure)
 
 
 def load_corpus(path: Path) -> dict[str, Any]:
@@ -105,7 +117,7 @@ def replay(corpora: Sequence[dict[str, Any]], extra: Sequence[tuple[str, dict[in
     modes = ("lookup", "clairvoyant") if clairvoyant else ("lookup",)
     for c in corpora:
         eog = set(c["eog"])
-        spec = SpecParams(copy_max=int(c["spec"]["copy_max"]), sure_copies=bool(c["spec"]["sure_copies"]))
+        spec = corpus_spec(c["spec"])
         for pid, p in c["prompts"].items():
             row: dict[str, Any] = {"corpus": c["name"], "prompt_id": pid, "tokens": len(p["reply"]), "costs": {}}
             end = policy_replay.template_end(p["prompt"], eog.__contains__)

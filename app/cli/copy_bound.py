@@ -33,7 +33,7 @@ def measure_row_costs(session: SpecSession, context: Sequence[int], rows: Sequen
     """The target's time for a pass of r rows (all with logits, as a verify) over `context`, in one-row passes:
     medians of `repeats` rounds, the row counts interleaved within each round. Leaves the caches empty.
 
-    Row counts beyond what the session's context may ask logits for (32: SpecChat never verifies more) are timed
+    Row counts beyond what the session's context may ask logits for (48: SpecChat never verifies more) are timed
     in a second, temporary context of the same model that may: llama.cpp's n-gram types verify 49-65 rows, and
     their replay (native_replay.py) must not guess those prices from the 32-row one."""
     ctx = session.target_ctx

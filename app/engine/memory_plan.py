@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from app.engine.pair_config import PairConfig
-from app.llama_backend import rpc
+from app.llama_backend import ContextConfig, rpc
 from app.llama_backend.devices import Device, build_spec, dry_run_compute, list_devices
 from app.memory import (
     DEFAULT_MARGIN,
@@ -20,7 +20,7 @@ from app.memory import (
 )
 from app.models.gguf_meta import read_gguf
 
-ENGINE_OUTPUTS_MAX = 32  # ContextConfig.n_outputs_max
+ENGINE_OUTPUTS_MAX = ContextConfig().n_outputs_max  # the logits rows every context the engine opens takes
 
 
 def model_settings(cfg: PairConfig, role: str, draft_max: int = 6) -> ModelSettings:

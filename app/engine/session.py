@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.drafters import (
-    AUTO_COPY_MAX,
     CHOICES,
     MODES,
     NEEDS_DRAFT,
@@ -26,7 +25,7 @@ from app.engine.events import Event
 from app.engine.memory_plan import check_fits, placing_for, predict_for_config
 from app.engine.pair_config import PairConfig
 from app.engine.sampling import SamplingParams
-from app.engine.speculative import SpecEngine, SpecParams
+from app.engine.speculative import SpecEngine, SpecParams, resolve_copies
 from app.llama_backend import (
     ContextConfig,
     LlamaContext,
@@ -103,9 +102,9 @@ class SpecSession:
     def resolve_spec(self, spec: SpecParams) -> SpecParams:
         """The speculation settings a reply runs with: "auto" values resolved for this session, and long copies
         judged as this device pays for them: by the copy governor where the target runs on a GPU, as sure
-        copies only on the CPU (drafters.AUTO_COPY_MAX)."""
-        copy_max = AUTO_COPY_MAX if spec.copy_max < 0 else spec.copy_max
-        return replace(spec, copy_max=copy_max, sure_copies=not self.target_on_gpu)
+        copies only on the CPU (drafters.AUTO_COPY_MAX), where "auto" lets one run longer after a clean one
+        (drafters.SURE_COPY_LONG)."""
+        return resolve_copies(spec, self.target_on_gpu)
 
     def _engine(self, mode: str, spec: SpecParams) -> SpecEngine:
         if mode not in CHOICES:

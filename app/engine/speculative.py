@@ -16,16 +16,18 @@ import codecs
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from app.engine.acceptance import AcceptanceTally
 from app.engine.cost_model import RowCosts
 from app.engine.drafters import (
+    AUTO_COPY_MAX,
     CHEAP_ROW_PRICE,
     CHEAP_ROWS_FROM,
     NO_DRAFT,
+    SURE_COPY_LONG,
     SURE_COPY_MIN,
     SURE_COPY_MIN_CHEAP,
     SURE_COPY_RUN,
@@ -70,6 +72,9 @@ class SpecParams:
     # expected rate. What resolve_spec picks on the CPU, where a 16-row verify costs 6.7 plain steps and a long
     # copy that fails early loses more than the copy governor's successes win (docs/BENCHMARKS.md, runs 6-11).
     sure_copies: bool = False
+    # With sure copies: once one of SURE_COPY_RUN tokens or more was accepted whole, the next may run to this many
+    # tokens instead of copy_max (0: never; resolve_spec sets drafters.SURE_COPY_LONG where copy_max is "auto").
+    sure_copy_long: int = 0
     # Keep the passes' shapes steady: a draft cut short (p-min, an end of turn, a short n-gram match) is verified
     # padded to K + 1 rows, and the draft cache catches up one row at a time. On CUDA llama.cpp replays a
     # captured graph only after two calls of one shape, so each change of shape costs two passes launched
@@ -88,6 +93,15 @@ class _Tally:
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     acceptance: AcceptanceTally = field(default_factory=AcceptanceTally)
+
+
+def resolve_copies(spec: SpecParams, target_on_gpu: bool) -> SpecParams:
+    """Long copies as the device pays for them: copy_max "auto" (negative) is K up to AUTO_COPY_MAX, judged by
+    the copy governor where the target runs on a GPU; on the CPU only sure copies are taken, and "auto" lets one
+    run to SURE_COPY_LONG after a clean one. Explicit values stand."""
+    auto = spec.copy_max < 0
+    return replace(spec, copy_max=AUTO_COPY_MAX if auto else spec.copy_max, sure_copies=not target_on_gpu,
+                   sure_copy_long=SURE_COPY_LONG if auto and not target_on_gpu else 0)
 
 
 def sure_copy_rule(costs: RowCosts) -> tuple[int, int]:
@@ -161,11 +175,15 @@ class SpecEngine:
             kc_max = min(max(spec.copy_max, k_max), self.target.max_rows - 1)
             if spec.one_token_kernels and exact_rows is not None:
                 kc_max = min(kc_max, exact_rows - 1)
-        costs = RowCosts(max(k_max, kc_max) + 1)
+        sure_max = kc_max if spec.sure_copies else 0
+        sure_long = min(max(spec.sure_copy_long, sure_max), self.target.max_rows - 1) if sure_max else 0
+        if spec.one_token_kernels and exact_rows is not None:
+            sure_long = min(sure_long, kc_max)
+        costs = RowCosts(max(k_max, kc_max, sure_long) + 1)
         governor = Governor(k_max, spec.k_start, spec.adaptive, costs=costs)
         copies = (Governor(kc_max, spec.k_start, tuning=COPY_TUNING, costs=costs, scope="copy", plain_first=False)
                   if kc_max > 0 and not spec.sure_copies else None)
-        sure_max = kc_max if spec.sure_copies else 0
+        clean_copy = False  # the reply's last sure copy was long and accepted whole: the next may run to sure_long
         noise = SampleNoise(sampling.seed) if sampling.seed is not None else SampleNoise.fresh()
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
@@ -209,7 +227,8 @@ class SpecEngine:
                         finish = "context"
                         break
                     limit = min(room, n_predict - len(emitted) - 1)
-                    draft, k, copying = (self._sure_copy(governor, costs, context, min(sure_max, limit), sampling)
+                    sure_k = sure_long if clean_copy else sure_max
+                    draft, k, copying = (self._sure_copy(governor, costs, context, min(sure_k, limit), sampling)
                                          if sure_max else self._long_copy(copies, governor, context, limit, sampling))
                     if not copying:
                         k = min(governor.current_k(), limit)
@@ -239,6 +258,8 @@ class SpecEngine:
                 step = tally.steps
                 tally.steps += 1
                 tally.acceptance.add(len(draft.tokens), accepted)
+                if copying and sure_max:
+                    clean_copy = accepted == len(draft.tokens) >= SURE_COPY_RUN
                 tally.draft_ms += draft.ms
                 tally.verify_ms += verify_ms
                 events: list[GovernorEvent | None] = []

@@ -169,7 +169,8 @@ class ContextConfig:
     type_v: str = "f16"
     # Most rows with logits in one batch. llama.cpp sizes the output and compute buffers for it
     # (n_batch by default): K + 1 rows is all speculation needs, and it saves ~230 MiB per model.
-    n_outputs_max: int = 32
+    # 48: a sure copy may run to 47 tokens on the CPU (drafters.SURE_COPY_LONG).
+    n_outputs_max: int = 48
 
 
 _GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
