@@ -68,7 +68,7 @@ def add_generation_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--copy-max", default=None, metavar="K|auto", help="lookup and hybrid: most tokens of a long "
                    "running copy drafted per step (e.g. 31; 0: off, copies are drafted like any other proposal, "
                    "up to --draft-max; default auto: 31). Where the target runs on a GPU a governor of their own "
-                   "judges them; on the CPU only sure copies are taken (README)")
+                   "judges them; on the CPU only sure copies are taken, on auto up to 47 after a clean one (README)")
     g.add_argument("--no-adapt", action="store_true", help="fixed K: the governor neither shrinks K nor stops drafting")
     g.add_argument("--steady-shapes", action="store_true", help="verify a draft cut short padded to K + 1 rows and "
                    "catch the draft model up one row at a time, so CUDA keeps replaying its captured graphs "

@@ -159,7 +159,7 @@ SURE_COPY_MIN = 12
 # After a sure copy of SURE_COPY_RUN tokens or more was accepted whole, the next one may run to SURE_COPY_LONG
 # (SpecParams.sure_copy_long; "auto" on the CPU). llama.cpp's n-gram types verify 48 tokens at once, and 48 rows
 # cost 0.42 plain steps a row against 32 rows' 0.44 (run 25). Replayed on five CPU cost tables, the reply's clean
-# copy is what tells a long one apart: code-refactor, edit-rename-class and mt-rename-file gained 1.5-3.5%, no
+# copy is what tells a long one apart: code-refactor, edit-rename-class and mt-rename-file gained 1.2-3.4%, no
 # prompt of either suite lost; 47 for every sure copy cost mt-refactor 1-3% (docs/BENCHMARKS.md, runs 28-29).
 SURE_COPY_LONG = 47
 # Where long verifies are cheap (a CPU with fast batched kernels: 16 rows for 3.5 plain steps on a Xeon with

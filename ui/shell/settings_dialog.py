@@ -117,7 +117,8 @@ class SettingsDialog(QDialog):
             "Lookup and hybrid: the most tokens of a long running copy (a reply repeating earlier text) verified "
             "in one pass. auto: 31. On a GPU a governor of their own judges them; on the CPU, where long verify "
             "batches are dear, only sure copies are taken: agreed for 16 tokens and cut before the next token "
-            "the reply already edited once (README, docs/BENCHMARKS.md)")
+            "the reply already edited once, and on auto up to 47 after one was accepted whole (README, "
+            "docs/BENCHMARKS.md)")
         system = self._fields["system_prompt"]
         assert isinstance(system, QPlainTextEdit)
         system.setPlaceholderText("none")
