@@ -18,8 +18,11 @@ from hub_server import FakeHub  # noqa: E402
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDropEvent  # noqa: E402
 
-from app.memory import BuildSpec, DeviceBudget, GiB, GpuSpec  # noqa: E402
+from app.engine.memory_plan import ENGINE_OUTPUTS_MAX, model_settings  # noqa: E402
+from app.engine.pair_config import PairConfig  # noqa: E402
+from app.memory import BuildSpec, DeviceBudget, GiB, GpuSpec, predict_pair  # noqa: E402
 from app.models.catalog import CatalogModel, CatalogPair  # noqa: E402
+from app.models.gguf_meta import read_gguf  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from ui.picker.model_list import LOOKUP  # noqa: E402
 from ui.picker.model_picker import ModelPickerDialog, PickerChoice  # noqa: E402
@@ -87,6 +90,23 @@ def test_meter_follows_the_gpu_layer_slider(qtbot, folder: Path, target_path: Pa
     settings.ngld.setValue(10)
     assert dialog.current_choice() == PickerChoice(folder / target_path.name, folder / draft_path.name, "draft",
                                                    0, 10, 4096)  # fmt: skip
+
+
+def test_meter_predicts_what_the_session_will_load(qtbot, folder: Path, target_path: Path, draft_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """The picker's numbers are the session's: the same context settings as SpecSession's own check (its
+    compute buffers sized for the engine's logits rows, not llama.cpp's n_batch: 495 MiB apart on this pair)."""
+    dialog = make_dialog(qtbot, folder, target=folder / target_path.name, draft=folder / draft_path.name)
+    settings = dialog.pair_settings
+    settings.set_values(10, -1, 8192)
+    cfg = PairConfig(folder / target_path.name, folder / draft_path.name, n_gpu_layers=10, n_ctx=8192)
+    target, draft = read_gguf(cfg.target), read_gguf(cfg.draft)
+    session = predict_pair(target, draft, model_settings(cfg, "target"), model_settings(cfg, "draft"), GPU_BUILD,
+                           GPU_BUDGETS)
+    assert settings.prediction is not None
+    assert [m.buffers for m in settings.prediction.models] == [m.buffers for m in session.models]
+    # The target's logits grow to the longest verify the engine may ask for, a long copy's.
+    output = next(b for b in session.models[0].buffers if b.kind == "output")
+    assert output.bytes == ENGINE_OUTPUTS_MAX * target.vocab_size * 4
 
 
 def test_prompt_lookup_is_a_choice_and_ok_emits_it(qtbot, folder: Path, smol_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: E501

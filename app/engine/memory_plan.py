@@ -4,6 +4,7 @@ settings (n_outputs_max, repacking) and this llama.cpp build's devices. Checked 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from app.engine.pair_config import PairConfig
 from app.llama_backend import ContextConfig, rpc
@@ -23,17 +24,25 @@ from app.models.gguf_meta import read_gguf
 ENGINE_OUTPUTS_MAX = ContextConfig().n_outputs_max  # the logits rows every context the engine opens takes
 
 
-def model_settings(cfg: PairConfig, role: str, draft_max: int = 6) -> ModelSettings:
-    return ModelSettings(
+def engine_settings(role: str, n_batch: int = 512, **fields: Any) -> ModelSettings:
+    """ModelSettings as the engine opens a context (the session's check and every meter, the picker's included):
+    its compute buffer sized for ENGINE_OUTPUTS_MAX rows of logits, not llama.cpp's n_batch. The target's output
+    buffer grows to that many rows, since long copies verify up to it (K + 1 rows only undercounted a 48-row
+    verify by 25 MiB with a 152k vocabulary); the draft asks for one row at a time."""
+    rows = min(ENGINE_OUTPUTS_MAX, n_batch)
+    return ModelSettings(n_batch=n_batch, n_ubatch=n_batch, n_outputs_max=rows,
+                         n_outputs=rows if role == "target" else 1, **fields)
+
+
+def model_settings(cfg: PairConfig, role: str) -> ModelSettings:
+    return engine_settings(
+        role,
+        cfg.n_batch,
         n_gpu_layers=cfg.n_gpu_layers if role == "target" else cfg.n_gpu_layers_draft,
         n_ctx=cfg.n_ctx if role == "target" else (cfg.n_ctx_draft or cfg.n_ctx),
         type_k=cfg.type_k,
         type_v=cfg.type_v,
         flash_attn=cfg.flash_attn,
-        n_batch=cfg.n_batch,
-        n_ubatch=cfg.n_batch,
-        n_outputs_max=min(ENGINE_OUTPUTS_MAX, cfg.n_batch),
-        n_outputs=draft_max + 1 if role == "target" else 1,
     )
 
 
@@ -76,13 +85,13 @@ def placing_for(cfg: PairConfig) -> Placing:
     )
 
 
-def predict_for_config(cfg: PairConfig, draft_max: int = 6, margin: int = DEFAULT_MARGIN,
+def predict_for_config(cfg: PairConfig, margin: int = DEFAULT_MARGIN,
                        placing: Placing | None = None) -> PairPrediction:
     placing = placing or placing_for(cfg)
     target = read_gguf(cfg.target)
     draft = read_gguf(cfg.draft) if cfg.draft else None
-    t_settings = replace(model_settings(cfg, "target", draft_max), devices=placing.target_devices)
-    d_settings = replace(model_settings(cfg, "draft", draft_max), devices=placing.draft_devices)
+    t_settings = replace(model_settings(cfg, "target"), devices=placing.target_devices)
+    d_settings = replace(model_settings(cfg, "draft"), devices=placing.draft_devices)
     return predict_pair(target, draft, t_settings, d_settings if draft else None, placing.build,
                         budgets(placing.devices), margin, compute_source=compute_source(placing.build),
                         draft_build=placing.draft_build)
@@ -96,8 +105,8 @@ def compute_source(build: BuildSpec) -> ComputeSource | None:
     return lambda info, settings: dry_run_compute(info.path, settings)
 
 
-def check_fits(cfg: PairConfig, draft_max: int = 6, placing: Placing | None = None) -> PairPrediction:
+def check_fits(cfg: PairConfig, placing: Placing | None = None) -> PairPrediction:
     """Raise WontFitError (overshoot and the fix) when the pair is predicted not to fit."""
-    prediction = predict_for_config(cfg, draft_max, placing=placing)
+    prediction = predict_for_config(cfg, placing=placing)
     require_fit(prediction)
     return prediction

@@ -7,8 +7,6 @@ A slider at its right end means all layers (llama.cpp's -1); with no GPU the sli
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -20,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.memory_plan import engine_settings
 from app.memory import (
     BuildSpec,
     DeviceBudget,
@@ -174,8 +173,9 @@ class PairSettings(QWidget):
 
     def _settings(self) -> tuple[ModelSettings, ModelSettings]:
         ngl, ngld, n_ctx = self.values()
-        base = ModelSettings(n_ctx=n_ctx, n_outputs=7)  # K + 1 rows at the default draft_max of 6
-        return replace(base, n_gpu_layers=ngl), replace(base, n_gpu_layers=ngld, n_outputs=1)
+        # As the session will open them (the meter beside the chat shows the same numbers).
+        return (engine_settings("target", n_ctx=n_ctx, n_gpu_layers=ngl),
+                engine_settings("draft", n_ctx=n_ctx, n_gpu_layers=ngld))
 
     def _sync_enabled(self) -> None:
         gpu = self._build.has_gpu
