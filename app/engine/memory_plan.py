@@ -27,8 +27,8 @@ ENGINE_OUTPUTS_MAX = ContextConfig().n_outputs_max  # the logits rows every cont
 def engine_settings(role: str, n_batch: int = 512, **fields: Any) -> ModelSettings:
     """ModelSettings as the engine opens a context (the session's check and every meter, the picker's included):
     its compute buffer sized for ENGINE_OUTPUTS_MAX rows of logits, not llama.cpp's n_batch. The target's output
-    buffer grows to that many rows, since long copies verify up to it (K + 1 rows only undercounted a 48-row
-    verify by 25 MiB with a 152k vocabulary); the draft asks for one row at a time."""
+    buffer grows to that many rows, since long copies verify up to it (K + 1 rows undercounted a 48-row verify
+    by 24 MiB with a 152k vocabulary); the draft asks for one row at a time."""
     rows = min(ENGINE_OUTPUTS_MAX, n_batch)
     return ModelSettings(n_batch=n_batch, n_ubatch=n_batch, n_outputs_max=rows,
                          n_outputs=rows if role == "target" else 1, **fields)
