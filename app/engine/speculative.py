@@ -164,21 +164,20 @@ class SpecEngine:
         n_ctx = self.target.n_ctx
         if len(prompt) >= n_ctx:
             raise ContextFullError(len(prompt) + 1, n_ctx)
-        # K + 1 rows must fit one batch: llama.cpp aborts the whole process otherwise.
-        k_max = 0 if self.drafter.mode == "none" else min(spec.draft_max, self.target.max_rows - 1)
-        exact_rows = self.model.one_token_kernel_rows
-        if spec.one_token_kernels and exact_rows is not None:
-            k_max = min(k_max, exact_rows - 1)
+        # Draft tokens a verify may carry: K + 1 rows must fit one batch (llama.cpp aborts the whole process
+        # otherwise), and in strict mode stay within the rows that run one-token decoding's kernels.
+        strict_rows = self.model.one_token_kernel_rows if spec.one_token_kernels else None
+        most = (self.target.max_rows if strict_rows is None else min(self.target.max_rows, strict_rows)) - 1
+        k_max = 0 if self.drafter.mode == "none" else min(spec.draft_max, most)
         # Long copies get their own governor (only where K adapts: --no-adapt means K is draft_max for all).
         kc_max = 0
         if self.drafter.copies and spec.adaptive and k_max > 0 and spec.copy_max > 0:
-            kc_max = min(max(spec.copy_max, k_max), self.target.max_rows - 1)
-            if spec.one_token_kernels and exact_rows is not None:
-                kc_max = min(kc_max, exact_rows - 1)
+            kc_max = min(max(spec.copy_max, k_max), most)
         sure_max = kc_max if spec.sure_copies else 0
-        sure_long = min(max(spec.sure_copy_long, sure_max), self.target.max_rows - 1) if sure_max else 0
-        if spec.one_token_kernels and exact_rows is not None:
-            sure_long = min(sure_long, kc_max)
+        # Within the one-token kernels' rows no sure copy runs longer than copy_max allows.
+        sure_long = sure_max
+        if sure_max and strict_rows is None:
+            sure_long = min(max(spec.sure_copy_long, sure_max), most)
         costs = RowCosts(max(k_max, kc_max, sure_long) + 1)
         governor = Governor(k_max, spec.k_start, spec.adaptive, costs=costs)
         copies = (Governor(kc_max, spec.k_start, tuning=COPY_TUNING, costs=costs, scope="copy", plain_first=False)
