@@ -94,6 +94,35 @@ def test_whole_vocabulary_without_a_full_sort_matches_the_reference(top_p, min_p
     assert np.allclose(got.probs, [ref_probs[int(t)] for t in got.ids], rtol=1e-9, atol=1e-15)
 
 
+def _rows() -> dict[str, np.ndarray]:
+    """Rows a top-k search meets: an LLM-like spread, one token far ahead of the rest (the k largest lie
+    far below the best), a flat row, and a row with most tokens masked (-inf, as a logit bias writes)."""
+    rng = np.random.default_rng(11)
+    spread = (rng.standard_normal(151936) * 4).astype(np.float32)
+    peaked = (rng.standard_normal(151936) * 0.5).astype(np.float32)
+    peaked[1234] = 900.0
+    flat = rng.permutation(151936).astype(np.float32) * np.float32(1e-6)  # distinct: ties are ordered freely
+    masked = np.full(151936, -np.inf, dtype=np.float32)
+    masked[rng.choice(151936, 30, replace=False)] = rng.standard_normal(30).astype(np.float32)
+    return {"spread": spread, "peaked": peaked, "flat": flat, "masked": masked}
+
+
+@pytest.mark.parametrize("row", ["spread", "peaked", "flat", "masked"])
+@pytest.mark.parametrize("top_k", [1, 20, 40, 64])
+def test_top_k_without_a_whole_partition_matches_a_full_sort(row, top_k):
+    logits = _rows()[row]
+    params = SamplingParams(temperature=0.7, top_k=top_k, top_p=0.8, min_p=0.05)
+    order = np.argsort(-logits.astype(np.float64), kind="stable")[:top_k]  # the reference top-k set
+    ref = _reference(logits[order], params)  # the chain on that set, ids relative to it
+    got = distribution(logits, params)
+    assert got.ids.tolist() == order[ref.ids].tolist()
+    assert np.allclose(got.probs, ref.probs, rtol=1e-9, atol=1e-15)
+    unfiltered = distribution(logits, SamplingParams(temperature=1.0, top_k=top_k, top_p=1.0, min_p=0.0))
+    assert unfiltered.ids.size == top_k
+    finite = sorted(t for t in unfiltered.ids.tolist() if np.isfinite(logits[t]))  # which -inf ones fill it is free
+    assert finite == sorted(t for t in order.tolist() if np.isfinite(logits[t]))
+
+
 def test_transforms_follow_llama_cpp_order():
     logits = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05], dtype=np.float32))
     d = distribution(logits, SamplingParams(temperature=1.0, top_k=4, top_p=0.8, min_p=0.0))
@@ -108,6 +137,9 @@ def test_transforms_follow_llama_cpp_order():
 
 def test_margin():
     assert top_two_margin(np.array([1.0, 3.0, 2.5], dtype=np.float32)) == pytest.approx(0.5)
+    assert top_two_margin(np.array([3.0, 1.0, 2.0], dtype=np.float32)) == pytest.approx(1.0)  # best first
+    assert top_two_margin(np.array([1.0, 2.0, 3.5], dtype=np.float32)) == pytest.approx(1.5)  # best last
+    assert top_two_margin(np.array([2.0, 3.0, 3.0], dtype=np.float32)) == 0.0  # a tie
 
 
 @pytest.mark.parametrize("bad", [dict(top_p=0.0), dict(min_p=1.0), dict(temperature=-1.0)])

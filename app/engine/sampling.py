@@ -92,7 +92,7 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 def distribution(logits: np.ndarray, params: SamplingParams) -> Dist:
     n = logits.shape[0]
     if 0 < params.top_k < n:
-        ids = np.argpartition(logits, n - params.top_k)[n - params.top_k :]
+        ids = _top_k_ids(logits, params.top_k)
         values = logits[ids].astype(np.float64)
         order = np.argsort(-values, kind="stable")
         ids, values = ids[order], values[order]
@@ -108,6 +108,27 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Dist:
     ids, values = ids[:keep], values[:keep]
     temperature = params.temperature if params.temperature > 0 else 1.0
     return Dist(ids.astype(np.int64), _softmax(values / temperature))
+
+
+# Every this-many-th logit is a sample that estimates where a row's top-k set begins.
+_SAMPLE_STRIDE = 64
+
+
+def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
+    """The ids of the k largest logits, unordered. A partition of the whole vocabulary costs ~1 ms for 152k
+    tokens on every sampled row (a verify of 32 rows paid a plain step's time for it). Instead a strided
+    sample's j-th largest value is taken as a cut that about 64 j logits pass (one comparison pass, ~0.05 ms),
+    and only those are partitioned. If fewer than k pass, a lower cut is tried; the result is exact either
+    way, and a row where no cut works falls back to the whole partition."""
+    n = logits.shape[0]
+    sample = logits[::_SAMPLE_STRIDE]
+    j = 4 + 2 * k // _SAMPLE_STRIDE  # fewer than k pass such a cut in well under 1% of rows
+    while j < sample.size:
+        ids = np.flatnonzero(logits >= np.partition(sample, sample.size - j)[sample.size - j])
+        if ids.size >= k:
+            return ids[np.argpartition(logits[ids], ids.size - k)[ids.size - k :]]
+        j *= 4
+    return np.argpartition(logits, n - k)[n - k :]
 
 
 def _whole_vocabulary(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -151,8 +172,9 @@ def top_prob(logits: np.ndarray) -> tuple[int, float]:
 
 def top_two_margin(logits: np.ndarray) -> float:
     """Gap between the two largest logits: how close a greedy choice was to a tie."""
-    two = np.partition(logits, logits.shape[0] - 2)[-2:]
-    return float(abs(two[1] - two[0]))
+    best = int(np.argmax(logits))
+    second = max(float(logits[:best].max(initial=-np.inf)), float(logits[best + 1 :].max(initial=-np.inf)))
+    return float(logits[best]) - second  # two passes instead of a partition of the whole row (~1 ms)
 
 
 _MASK = (1 << 64) - 1
