@@ -452,6 +452,25 @@ def test_bench_cli_multi_turn_rows_and_new_fields(smol_path, tmp_path):
     assert data["settings"]["spec"]["copy_max"] == 31 and data["settings"]["spec"]["sure_copies"] is True
 
 
+def test_bench_cli_compares_sampled_replies_only_with_a_seed(smol_path, tmp_path):
+    """Coupled sampling gives a seeded reply whatever the drafts, so the bench checks it as it checks greedy ones;
+    without a seed each run draws its own random numbers and the column says so instead of claiming "yes"."""
+    args = ("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none,lookup", "--repeat", 1,
+            "--no-warmup", "-c", 512, "--sampling", "custom", "--temp", "0.9", "--top-k", "40", "--top-p", "0.95")
+    seeded = specchat(*args, "--seed", 11, home=tmp_path)
+    assert seeded.returncode == 0, seeded.stderr
+    data = json.loads(seeded.stdout)
+    assert [r["identical"] for r in data["runs"]] == [True] * 4, data["runs"]
+    assert data["summary"]["lookup"]["compared"] == data["summary"]["lookup"]["identical"] == 2
+    fresh = specchat(*args, home=tmp_path)
+    assert fresh.returncode == 0, fresh.stderr
+    data = json.loads(fresh.stdout)
+    assert [r["identical"] for r in data["runs"]] == [None] * 4 and data["summary"]["lookup"]["compared"] == 0
+    text = specchat(*args[:3], *args[4:], home=tmp_path)  # the table instead of --json
+    assert text.returncode == 0, text.stderr
+    assert "n/a (sampled without --seed)" in text.stdout and "identical n/a" in text.stdout
+
+
 def test_bench_cli_native_without_tools_fails_before_loading(smol_path, tmp_path):
     result = specchat("bench", "--prompts", _suite(tmp_path), "-m", smol_path, "--native", tmp_path, home=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr

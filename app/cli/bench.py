@@ -80,7 +80,7 @@ class BenchRun:
     speedup: float
     acceptance_rate: float
     mean_accepted_length: float
-    identical: bool
+    identical: bool | None  # None: the replies cannot be compared (sampled runs without the same random numbers)
     divergence: dict[str, Any] | None
     engine_overhead: float | None  # share of decode time spent outside llama_decode (Python: drafting logic,
     # verification, sampling, bookkeeping); None for llama.cpp's tools
@@ -283,7 +283,9 @@ def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, m
         warm_up(session, params, [] if fresh else modes, native)
         if progress is not None:
             progress.update(len(all_modes))
-    greedy = params.sampling.greedy
+    # Greedy replies must equal plain decoding's (or part at a near-tie); seeded sampled ones too, since coupled
+    # sampling gives the same reply whatever the drafts. Without a seed each run draws its own random numbers.
+    compare = "greedy" if params.sampling.greedy else "seeded" if params.sampling.seed is not None else None
     for item in prompts:
         messages = item.chat()
         tokens = session.chat_prompt(messages)
@@ -320,9 +322,10 @@ def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, m
                       "rounds_tps": [_tps(r) for r in runs],
                       "vs_llama_cpp_interval": ratio_interval(vs_cpp) if vs_cpp is not None else None}
             if mode in native_names:
-                yield _native_run(common, [r for r in runs if isinstance(r, NativeResult)], reference, greedy)
+                yield _native_run(common, [r for r in runs if isinstance(r, NativeResult)], reference,
+                                  compare == "greedy")
             else:
-                run = _specchat_run(common, [r for r in runs if isinstance(r, FinishEvent)], reference, greedy)
+                run = _specchat_run(common, [r for r in runs if isinstance(r, FinishEvent)], reference, compare)
                 yield _with_rounding_check(run, session, tokens, reference, steps.get(mode, ()))
 
 
@@ -331,24 +334,30 @@ def _with_rounding_check(run: BenchRun, session: SpecSession, tokens: list[int],
     """A parting that is not a near-tie gets the target's gaps at that position measured (rounding_check), in the
     speculative run's own batches too when its `steps` are given."""
     d = run.divergence
-    if not d or d.get("near_tie") or d.get("plain_token", -1) < 0 or d.get("spec_token", -1) < 0:
-        return run
+    if not d or d.get("near_tie") or d.get("sampled") or d.get("plain_token", -1) < 0 or d.get("spec_token", -1) < 0:
+        return run  # (the check replays argmax choices: a sampled parting is not one)
     check = rounding_check.measure(session, tokens, reference.tokens, d["position"], d["plain_token"],
                                    d["spec_token"], steps)
     return replace(run, divergence={**d, "rounding": asdict(check)})
 
 
-def _specchat_run(common: dict[str, Any], runs: list[FinishEvent], reference: FinishEvent, greedy: bool) -> BenchRun:
+def _specchat_run(common: dict[str, Any], runs: list[FinishEvent], reference: FinishEvent,
+                  compare: str | None) -> BenchRun:
+    """compare: "greedy" or "seeded" (the reply must be the reference's), None (not comparable)."""
     last = runs[-1]
-    div = first_divergence(reference, last) if greedy else None
+    div = first_divergence(reference, last) if compare else None
+    divergence = asdict(div) if div else None
+    if divergence and compare == "seeded":
+        # A top-two logit margin says nothing of how near the coupled race was: no near-tie label here.
+        divergence = {**divergence, "sampled": True, "near_tie": False}
     overheads = [r.stats.python_ms / r.stats.decode_ms for r in runs if r.stats.decode_ms > 0]
     return BenchRun(
         **common,
         tokens=last.stats.n_tokens,
         acceptance_rate=last.stats.acceptance_rate,
         mean_accepted_length=last.stats.mean_accepted_length,
-        identical=div is None,
-        divergence=asdict(div) if div else None,
+        identical=div is None if compare else None,
+        divergence=divergence,
         engine_overhead=statistics.median(overheads) if overheads else 0.0,
         governor=[f"step {g.step}: {'copy ' if g.scope == 'copy' else ''}{g.action}" for g in last.stats.governor],
         token_ids=list(last.tokens),
@@ -361,9 +370,10 @@ def _specchat_run(common: dict[str, Any], runs: list[FinishEvent], reference: Fi
 
 def _native_run(common: dict[str, Any], runs: list[NativeResult], reference: FinishEvent, greedy: bool) -> BenchRun:
     last = runs[-1]
-    # llama.cpp prints text, not token ids: greedy replies are compared as text, as far as both go.
-    same = native_bench.same_reply(reference.text, last.text) if greedy else True
-    divergence = None if same else {"text_differs": True, "reply_text_known": last.text is not None}
+    # llama.cpp prints text, not token ids: greedy replies are compared as text, as far as both go. Sampled, it
+    # draws its own random numbers, so its reply is not SpecChat's.
+    same = native_bench.same_reply(reference.text, last.text) if greedy else None
+    divergence = None if same is not False else {"text_differs": True, "reply_text_known": last.text is not None}
     return BenchRun(
         **common,
         tokens=last.n_tokens,
@@ -409,8 +419,9 @@ def summarise(runs: list[BenchRun]) -> dict[str, Any]:
             "median_tokens_per_second": statistics.median(r.tokens_per_second for r in mine),
             "median_speedup": statistics.median(r.speedup for r in mine),
             "min_speedup": min(r.speedup for r in mine),
-            "identical": sum(r.identical for r in mine),
+            "identical": sum(bool(r.identical) for r in mine),
             "prompts": len(mine),
+            "compared": sum(r.identical is not None for r in mine),  # prompts whose reply could be compared
             "median_engine_overhead": statistics.median(overheads) if overheads else None,
             "median_speedup_vs_llama_cpp": statistics.median(vs_cpp) if vs_cpp else None,
             # The per-prompt spread: for llama.cpp:plain-again (the A/A control) it is the machine's noise floor.
@@ -566,9 +577,13 @@ def _reference_lookup(session: SpecSession, prompts: list[BenchPrompt], params: 
 
 
 def _same_column(r: BenchRun) -> str:
+    if r.identical is None:
+        return "n/a (sampled: own random numbers)" if r.engine != "specchat" else "n/a (sampled without --seed)"
     if r.identical:
         return "yes"
     d = r.divergence or {}
+    if d.get("sampled"):
+        return f"no @{d.get('position')} (sampled with the same seed: the coupled race chose another token)"
     if r.engine != "specchat":
         return "no (reply text differs)" if d.get("reply_text_known", True) else "unknown (reply not found)"
     rounding = d.get("rounding")
@@ -626,7 +641,7 @@ def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
         lines.append(f"{mode:<{w}} median {m['median_tokens_per_second']:.2f} tok/s, vs none "
                      f"{m['median_speedup']:.2f}x (min {m['min_speedup']:.2f}x)"
                      + (f", vs llama.cpp plain {_ratio(m['median_speedup_vs_llama_cpp'])}" if has_cpp else "")
-                     + f", identical {m['identical']}/{m['prompts']}"
+                     + (f", identical {m['identical']}/{m['compared']}" if m["compared"] else ", identical n/a")
                      + (f", engine overhead {overhead:.2%}" if overhead is not None else ""))
     control = report["summary"].get(PREFIX + "plain-again")
     if control and control["min_speedup_vs_llama_cpp"] is not None:
