@@ -110,6 +110,8 @@ def test_steady_shapes_pad_short_drafts_and_still_match_plain(strict_session, st
 # drafts accepted before a row left out of its counts, speculation parted from plain decoding on each of these
 # prompts at margins of 1.3 to 5.6 (measured), far beyond the rounding bound.
 PENALTIES = SamplingParams(repeat_penalty=1.3, repeat_last_n=64, frequency_penalty=0.5, presence_penalty=0.5)
+# Temperature alone: the target's and the draft's whole vocabularies race (sampling.SampleNoise's pruned race).
+UNTRUNCATED = SamplingParams(top_k=0, top_p=1.0, min_p=0.0)
 PENALISED_PROMPTS = ("code-refactor", "mt-rename-file", "edit-fix-typos")
 N_PENALISED = 64
 
@@ -338,13 +340,14 @@ def _race_margin(session, prompt: list[int], reply: tuple[int, ...], position: i
     p = distribution(_penalise(np.array(ctx.logits(-1)), context, sampling), sampling)
     ctx.clear()
     assert sampling.seed is not None
-    race = np.sort(p.probs / -np.log(SampleNoise(sampling.seed).uniforms(len(prompt) + position, p.ids)))
+    race = np.sort(p.probs / SampleNoise(sampling.seed).exponentials(len(prompt) + position, p.ids))
     return float(np.log(race[-1] / race[-2])) if race.size > 1 else float("inf")
 
 
 @pytest.mark.parametrize("item_id,penalties", [
     ("json-record", SamplingParams()), ("code-refactor", SamplingParams()), ("code-refactor", PENALTIES),
-], ids=["json-record", "code-refactor", "code-refactor-penalised"])
+    ("code-refactor", UNTRUNCATED),
+], ids=["json-record", "code-refactor", "code-refactor-penalised", "code-refactor-untruncated"])
 def test_same_seed_same_reply_whatever_k_and_drafter(demo_session, plain_runs, item_id, penalties):
     """Coupled sampling: a seeded reply is plain decoding's seeded reply, whichever drafter proposed and
     whatever K the governor picked (or parts from it only at a measured near-tie). With penalties, every

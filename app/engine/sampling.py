@@ -5,8 +5,8 @@ logits with that row's own context before `distribution`), then top-k, top-p and
 temperature-1 softmax, then temperature. Target (p) and draft (q) go through the same transforms.
 
 Sampling is *coupled* (Gumbel-max / exponential race, as in drafter-invariant speculative decoding,
-Daliri et al. 2024): token v at sequence position i gets one uniform number u(seed, i, v), and a
-distribution d samples argmax_v d(v) / -log u(seed, i, v). The target and the draft use the same
+Daliri et al. 2024): token v at sequence position i gets one Exp(1) number E(seed, i, v), and a
+distribution d samples argmax_v d(v) / E(seed, i, v). The target and the draft use the same
 numbers, so a draft token is accepted when the target's own sample equals it (llama.cpp's
 sample-and-accept). Every emitted token is the target's own sample from p, so the output follows
 the target's distribution exactly, and the same seed gives the same reply whatever the drafter
@@ -75,6 +75,10 @@ class Dist:
     probs: np.ndarray
 
     def prob(self, token: int) -> float:
+        if self.ids[0] == token:
+            return float(self.probs[0])
+        if token < self.ids.size and self.ids[token] == token:  # the whole vocabulary in id order
+            return float(self.probs[token])
         hit = np.flatnonzero(self.ids == token)
         return float(self.probs[hit[0]]) if hit.size else 0.0
 
@@ -91,12 +95,15 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 def distribution(logits: np.ndarray, params: SamplingParams) -> Dist:
     n = logits.shape[0]
+    temperature = params.temperature if params.temperature > 0 else 1.0
     if 0 < params.top_k < n:
         ids = _top_k_ids(logits, params.top_k)
         values = logits[ids].astype(np.float64)
         order = np.argsort(-values, kind="stable")
         ids, values = ids[order], values[order]
         probs = _softmax(values)  # top-p and min-p act on the top-k set, renormalised (llama.cpp)
+    elif params.top_p >= 1.0 and params.min_p <= 0.0:
+        return _untruncated(logits, temperature)
     else:
         ids, values, probs = _whole_vocabulary(logits, params)
     keep = ids.size
@@ -106,8 +113,21 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Dist:
         keep = min(keep, int(np.count_nonzero(probs >= params.min_p * probs[0])))
     keep = max(keep, 1)
     ids, values = ids[:keep], values[:keep]
-    temperature = params.temperature if params.temperature > 0 else 1.0
     return Dist(ids.astype(np.int64), _softmax(values / temperature))
+
+
+def _untruncated(logits: np.ndarray, temperature: float) -> Dist:
+    """The whole vocabulary in id order, except that the most likely token swaps places with id 0 (Dist's
+    probs[0] is the most likely): two swaps instead of gathering 152k ids into a new order. The exponentials
+    are float32, as llama.cpp's softmax (0.1 ms against 0.2-0.7 ms in float64; relative error ~1e-7)."""
+    best = int(np.argmax(logits))
+    weights = np.exp((logits - logits[best]) / np.float32(temperature))
+    probs = weights.astype(np.float64)
+    probs /= probs.sum()
+    ids = np.arange(logits.shape[0], dtype=np.int64)
+    ids[0], ids[best] = best, 0
+    probs[0], probs[best] = probs[best], probs[0]
+    return Dist(ids, probs)
 
 
 # Every this-many-th logit is a sample that estimates where a row's top-k set begins.
@@ -132,35 +152,42 @@ def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
 
 
 def _whole_vocabulary(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Candidates, logits and whole-vocabulary probabilities without sorting all 152k tokens (~20 ms):
-    only the prefix that top-p or min-p can keep is sorted; with neither, the best comes first only."""
-    x = logits.astype(np.float64)
-    top = float(x.max())
-    weights = np.exp(x - top)
-    total = float(weights.sum())
+    """Candidates, logits and whole-vocabulary probabilities for top-p or min-p without sorting all 152k
+    tokens (~20 ms): only the prefix that they can keep is found and sorted."""
+    top = float(logits.max())
+    # The normaliser: exp in float32 (every term is <= 1, 3x faster than float64), summed in float64.
+    total = float(np.exp(logits - np.float32(top)).sum(dtype=np.float64))
     if params.min_p > 0.0:
-        ids = np.flatnonzero(x >= top + np.log(params.min_p))  # p >= min_p * p_max
-    elif params.top_p < 1.0:
-        ids = _top_p_prefix(weights, total, params.top_p)
+        # p >= min_p * p_max; the float64 scalar keeps the comparison in float64 (NEP 50)
+        ids = np.flatnonzero(logits >= np.float64(top + math.log(params.min_p)))
     else:
-        ids = np.arange(x.size)
-        best = int(np.argmax(x))
-        ids[0], ids[best] = best, 0  # unsorted, but Dist.probs[0] must be the most likely token
-        return ids, x[ids], weights[ids] / total
-    order = np.argsort(-x[ids], kind="stable")
-    ids = ids[order]
-    return ids, x[ids], weights[ids] / total
+        ids = _top_p_prefix(logits, top, total, params.top_p)
+    x = logits[ids].astype(np.float64)
+    order = np.argsort(-x, kind="stable")
+    ids, x = ids[order], x[order]
+    return ids, x, np.exp(x - top) / total
 
 
-def _top_p_prefix(weights: np.ndarray, total: float, top_p: float) -> np.ndarray:
-    """The smallest set of most likely tokens whose mass reaches top_p, by growing partial selections."""
-    n = weights.size
-    m = min(256, n)
+def _top_p_prefix(logits: np.ndarray, top: float, total: float, top_p: float) -> np.ndarray:
+    """The ids at or above a logit cut whose mass reaches top_p: the cut is a logit value, so they are a
+    prefix of the sorted vocabulary and hold top-p's set. A strided sample estimates where the cut lies
+    (like _top_k_ids); each guess costs one comparison pass (~0.05 ms) instead of a partition (~0.5 ms)."""
+    sample = np.sort(logits[::_SAMPLE_STRIDE])[::-1]
+    need = top_p * total * (1.0 + 1e-9)  # a hair more, so float rounding in the caller's cumsum keeps the set
+    head = np.flatnonzero(logits > sample[0])  # ~64 tokens, above the whole sample; LLM rows peak here
+    head_mass = float(np.exp(logits[head].astype(np.float64) - top).sum())
+    if head_mass >= need:
+        return head
+    estimate = head_mass + np.cumsum(np.exp(sample.astype(np.float64) - top)) * _SAMPLE_STRIDE
+    last = sample.size - 1
+    j = min(int(np.searchsorted(estimate, need)) + 4, last)  # the sample misses peaks: then it is too low
     while True:
-        ids = np.argpartition(weights, n - m)[n - m :]
-        if m == n or float(weights[ids].sum()) >= top_p * total:
+        ids = np.flatnonzero(logits >= sample[j])
+        if float(np.exp(logits[ids].astype(np.float64) - top).sum()) >= need:
             return ids
-        m = min(n, m * 8)
+        if j == last:
+            return np.arange(logits.size)
+        j = min(2 * j, last)
 
 
 def top_prob(logits: np.ndarray) -> tuple[int, float]:
@@ -179,12 +206,24 @@ def top_two_margin(logits: np.ndarray) -> float:
 
 _MASK = (1 << 64) - 1
 
+# The race's numbers come in blocks of ids (SampleNoise.exponentials); the block draws hash keys that no token
+# id reaches. Candidate sets up to _DIRECT_RACE tokens race directly; larger ones are pruned by block.
+_BLOCK_BITS = 10
+_BLOCK = 1 << _BLOCK_BITS
+_BLOCK_SALT = 1 << 40
+_DIRECT_RACE = 512
+
 
 def _mix(x: int) -> int:
     """splitmix64's finaliser on a Python int: a well-spread 64-bit key from (seed, position)."""
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
     x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK
     return x ^ (x >> 31)
+
+
+def _unit(hashes: np.ndarray) -> np.ndarray:
+    """Uniform numbers in (0, 1) from the high 53 bits of 64-bit hashes."""
+    return ((hashes >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,19 +238,54 @@ class SampleNoise:
         return SampleNoise(int(np.random.default_rng().integers(0, 1 << 63)))
 
     def uniforms(self, position: int, ids: np.ndarray) -> np.ndarray:
+        return _unit(self._hashes(position, ids))
+
+    def _hashes(self, position: int, ids: np.ndarray) -> np.ndarray:
+        """splitmix64 of (seed, position, id): 64 well-mixed bits per id."""
         key = np.uint64(_mix((_mix(self.seed & _MASK) + position * 0x9E3779B97F4A7C15) & _MASK))
-        x = ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + key  # wraps mod 2^64, as intended
+        x = ids.astype(np.uint64)
+        x *= np.uint64(0x9E3779B97F4A7C15)
+        x += key  # wraps mod 2^64, as intended
         x ^= x >> np.uint64(30)
         x *= np.uint64(0xBF58476D1CE4E5B9)
         x ^= x >> np.uint64(27)
         x *= np.uint64(0x94D049BB133111EB)
         x ^= x >> np.uint64(31)
-        return ((x >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)  # in (0, 1)
+        return x
+
+    def exponentials(self, position: int, ids: np.ndarray) -> np.ndarray:
+        """One Exp(1) number per token, independent across tokens, drawn block-wise: each block of 1024 ids
+        first draws its minimum m (the least of 1024 Exp(1) is Exp(1024)) and which of its ids holds it, and
+        every other id gets m + Exp(1). By memorylessness that is the same joint law as independent draws, and
+        m bounds every number in its block from below, which lets `sample` skip tokens that cannot win."""
+        n = ids.size
+        hashes = self._hashes(position, np.concatenate((ids, (ids >> _BLOCK_BITS) + _BLOCK_SALT)))  # one pass
+        numbers = -np.log(_unit(hashes))
+        holder = (hashes[n:] & np.uint64(_BLOCK - 1)).astype(np.int64)  # the low bits; _unit reads the high 53
+        return numbers[n:] / _BLOCK + np.where((ids & (_BLOCK - 1)) == holder, 0.0, numbers[:n])
+
+    def _block_minima(self, position: int, count: int) -> np.ndarray:
+        """The least numbers of blocks 0..count-1, as `exponentials` draws them."""
+        return -np.log(_unit(self._hashes(position, np.arange(count, dtype=np.int64) + _BLOCK_SALT))) / _BLOCK
 
     def sample(self, dist: Dist, position: int) -> int:
-        """The exponential race: argmax d(v) / E_v with E_v = -log u(v) ~ Exp(1) picks v with probability
-        d(v); with the same u, distributions that are close pick the same token."""
+        """The exponential race: argmax d(v) / E_v with E_v ~ Exp(1) picks v with probability d(v); with the
+        same E, distributions that are close pick the same token."""
         if dist.ids.size == 1:
             return int(dist.ids[0])
-        race = dist.probs / -np.log(self.uniforms(position, dist.ids))
-        return int(dist.ids[int(np.argmax(race))])
+        if dist.ids.size <= _DIRECT_RACE:
+            race = dist.probs / self.exponentials(position, dist.ids)
+            return int(dist.ids[int(np.argmax(race))])
+        # A large set (the untruncated vocabulary, top-p over a flat row): drawing 152k numbers costs ~5 ms a
+        # row. A token scores at most d(v) / m of its block, so only tokens whose bound beats the most likely
+        # token's score can win, and only theirs are drawn: the same winner as the full race.
+        least = self._block_minima(position, int(dist.ids.max()) // _BLOCK + 1)
+        first = float(dist.probs[0] / self.exponentials(position, dist.ids[:1])[0])
+        bar = first / (1.0 + 1e-9)  # a hair low for rounding
+        rivals = np.flatnonzero(dist.probs > bar * least.min())  # one scalar first, then each rival's block
+        rivals = rivals[dist.probs[rivals] > bar * least[dist.ids[rivals] >> _BLOCK_BITS]]
+        if not rivals.size:
+            return int(dist.ids[0])
+        race = dist.probs[rivals] / self.exponentials(position, dist.ids[rivals])
+        best = int(np.argmax(race))
+        return int(dist.ids[rivals[best]]) if race[best] > first else int(dist.ids[0])
