@@ -237,9 +237,6 @@ class SampleNoise:
     def fresh() -> SampleNoise:
         return SampleNoise(int(np.random.default_rng().integers(0, 1 << 63)))
 
-    def uniforms(self, position: int, ids: np.ndarray) -> np.ndarray:
-        return _unit(self._hashes(position, ids))
-
     def _hashes(self, position: int, ids: np.ndarray) -> np.ndarray:
         """splitmix64 of (seed, position, id): 64 well-mixed bits per id."""
         key = np.uint64(_mix((_mix(self.seed & _MASK) + position * 0x9E3779B97F4A7C15) & _MASK))
