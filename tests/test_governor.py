@@ -127,6 +127,55 @@ def test_a_costly_drafter_is_reprobed_with_growing_waits_and_comes_back():
     assert gov.events[-1].k_before == 0 and gov.events[-1].k_after >= 1 and gov.current_k() >= 1
 
 
+def _after_a_costly_first_draft() -> Governor:
+    """Run 33's CPU, as traced: a plain step 66 ms; asked for 3, the draft model gave up after 1 token (80 ms,
+    two positions evaluated) and its 2-row verify took 100 ms. Drafting turns off."""
+    gov = Governor(k_max=6, k_start=3)
+    gov.observe(0, 1, 66.0, 0, 0, 0.0, True)
+    gov.observe(1, 2, 100.0, 1, 1, 80.0, True, k_asked=3)
+    assert not gov.enabled
+    return gov
+
+
+def _probes(gov: Governor, probe_ms: float, steps: int = 400) -> list[int]:
+    """Plain steps, and the probes the governor asks for, each giving up at once after `probe_ms`."""
+    probes = []
+    for step in range(2, steps):
+        k = gov.current_k()
+        if k:
+            probes.append(step)
+        gov.observe(step, 1, 66.0, 0, 0, probe_ms if k else 0.0, True, k_asked=k)
+    return probes
+
+
+def test_a_costly_drafter_is_not_probed_where_even_perfect_drafts_lose():
+    # At 40 ms a position and 4 rows costing at least what 2 do, K = 3 at acceptance 1 would give 4 tokens in
+    # 220 ms against 3.3 plain steps: the reply probes once. That probe pays the catch-up of the tokens it
+    # skipped (135 ms for the one position it gave up on): now no K pays even at acceptance 1, and no other
+    # probe follows (in run 33, three such probes cost draft mode 8% of its decode time).
+    assert len(_probes(_after_a_costly_first_draft(), probe_ms=135.0)) == 1
+    # Where it could still pay (a probe costs what a draft position did), probes go on, after growing waits.
+    probes = _probes(_after_a_costly_first_draft(), probe_ms=40.0)
+    assert len(probes) >= 3 and probes[2] - probes[1] > probes[1] - probes[0], probes
+
+
+def test_free_copies_do_not_talk_down_the_draft_models_cost():
+    # Hybrid: the draft model costs 40 ms a position; its n-gram copies cost nothing and are right. Counted as
+    # draft positions they would price the model at a few ms (and on the CPU, probe a model that cannot pay).
+    gov = Governor(k_max=6, k_start=3)
+    gov.observe(0, 1, 66.0, 0, 0, 0.0, True)
+    gov.observe(1, 4, 108.0, 3, 3, 120.0, True)
+    for step in range(2, 12):
+        gov.observe(step, 7, 180.0, 6, 6, 0.05, True, free_draft=True)
+    assert gov.draft_ms_per_token() == pytest.approx(40.0)
+    mixed = Governor(k_max=6, k_start=3)
+    mixed.observe(0, 1, 66.0, 0, 0, 0.0, True)
+    mixed.observe(1, 4, 108.0, 3, 3, 120.0, True)
+    for step in range(2, 12):
+        mixed.observe(step, 7, 180.0, 6, 6, 0.05, True)
+    assert (mixed.draft_ms_per_token() or 0.0) < 10.0  # what the flag is for
+
+
 def _plain_until_free_probe(gov: Governor, step: int, n_tokens: int) -> int:
     """Plain steps until the governor takes a free proposal of n_tokens; returns how many."""
     for wait in range(100):

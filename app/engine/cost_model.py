@@ -59,7 +59,7 @@ class RowCosts:
     def optimistic_table(self) -> list[float] | None:
         """The least each row count can cost given monotonicity: the largest measured value at or below it.
 
-        Used only to ask whether measuring an unmeasured row count might pay (exploration), never to decide.
+        Used only to ask whether measuring an unmeasured row count, or probing, might pay, never to pick K.
         """
         points = self._monotone_points()
         if not points:

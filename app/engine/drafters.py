@@ -47,6 +47,9 @@ class Draft:
     tokens: tuple[int, ...]
     q: tuple[Dist, ...] | None  # the draft distributions the tokens were sampled from (sampled runs)
     ms: float
+    # Made without a model pass (an n-gram copy, also hybrid's): its time says nothing of what the draft model
+    # costs per position, so the governor leaves it out of that estimate (Governor.observe).
+    free: bool = False
 
 
 NO_DRAFT = Draft((), None, 0.0)
@@ -183,7 +186,7 @@ def _copy_draft(lookup: PromptLookup, context: list[int], k: int, sampling: Samp
 def _copy_as_draft(tokens: tuple[int, ...], sampling: SamplingParams, start: float) -> Draft:
     """Copied tokens as a draft: point masses for sampled runs (the copy is certain of them), timed from start."""
     q = tuple(point_mass(t) for t in tokens) if not sampling.greedy else None
-    return Draft(tokens, q, (time.perf_counter() - start) * 1000.0)
+    return Draft(tokens, q, (time.perf_counter() - start) * 1000.0, free=True)
 
 
 def _ngram_draft(lookup: PromptLookup, context: list[int], k: int, sampling: SamplingParams,

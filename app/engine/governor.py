@@ -122,15 +122,18 @@ class Governor:
         return self.k if self.enabled else 0
 
     def observe(self, step: int, rows: int, verify_ms: float, drafted: int, accepted: int, draft_ms: float,
-                draft_costs_time: bool, *, k_asked: int | None = None) -> GovernorEvent | None:
+                draft_costs_time: bool, *, k_asked: int | None = None,
+                free_draft: bool = False) -> GovernorEvent | None:
         """Learn from one verified step; returns an event when K or the on/off state changed.
 
         k_asked: the K the drafter was asked for, where the engine cut current_k() (context room, n_predict),
-        so that the cut is not blamed on the drafter.
+        so that the cut is not blamed on the drafter. free_draft: this step's draft came without a model pass
+        (hybrid's n-gram copies): it counts for acceptance, not for the draft model's cost per position, which
+        near-free copies would otherwise talk down (on the CPU, into probing a model that could not pay).
         """
         asked = self._next_k if k_asked is None else k_asked
         self._costs_time = draft_costs_time
-        self._record(rows, verify_ms, asked, drafted, accepted, draft_ms, draft_costs_time)
+        self._record(rows, verify_ms, asked, drafted, accepted, draft_ms, draft_costs_time and not free_draft)
         if not (self.adaptive and self.k_max > 0):
             return None
         if self.enabled:
@@ -418,9 +421,21 @@ class Governor:
                 limit = self.tuning.probe_wait_max if self._costs_time else self.tuning.free_probe_wait_max
                 self._backoff = min(limit, 2 * self._backoff)
                 self._wait = self._backoff
-        # A free drafter is probed through free_probe, with proposals it already has.
-        self._next_k = self._best(rates) if self._costs_time and self._wait <= 0 else 0
+        # A free drafter is probed through free_probe, with proposals it already has. A costly one only while
+        # some K could pay: at a perfect acceptance and the least its verify rows can cost. The text may change,
+        # the costs hardly do, so past that a probe only re-measures a loss. On the 2-core CPU a draft model
+        # costs 0.6 of a target step and each probe also pays the catch-up of the tokens it skipped: draft mode
+        # ran at 0.91x of plain decoding there, off after its first step and probing after 16, 32 and 64 more
+        # (docs/BENCHMARKS.md, run 33).
+        self._next_k = 0
+        if self._costs_time and self._wait <= 0 and self._could_pay(costs):
+            self._next_k = self._best(rates)
         return None
+
+    def _could_pay(self, costs: _Costs) -> bool:
+        least = self._snapshot(self._costs.optimistic_table()) or costs
+        rates = self._rates(1.0, least)
+        return max(rates[1:]) > rates[0]
 
     def _enable(self, step: int, rates: list[float], costs: _Costs) -> GovernorEvent:
         self.enabled = True

@@ -267,7 +267,8 @@ class SpecEngine:
                     # judged by before long copies had a governor); the copy governor from the copies alone.
                     rows_decoded = len(draft.tokens) + 1 + pad
                     events.append(governor.observe(step, rows_decoded, verify_ms, len(draft.tokens), accepted,
-                                                   draft.ms, self.drafter.costs_time, k_asked=k))
+                                                   draft.ms, self.drafter.costs_time, k_asked=k,
+                                                   free_draft=draft.free))
                     if copies is not None and copying:
                         events.append(copies.observe(step, rows_decoded, verify_ms, len(draft.tokens), accepted,
                                                      draft.ms, False, k_asked=k))
@@ -437,5 +438,5 @@ def _end_at_eog(draft: Draft, is_eog: Callable[[int], bool]) -> Draft:
         if is_eog(token):
             if i + 1 == len(draft.tokens):
                 return draft
-            return Draft(draft.tokens[:i + 1], draft.q[:i + 1] if draft.q is not None else None, draft.ms)
+            return Draft(draft.tokens[:i + 1], draft.q[:i + 1] if draft.q is not None else None, draft.ms, draft.free)
     return draft
