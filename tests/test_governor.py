@@ -174,6 +174,12 @@ def test_free_copies_do_not_talk_down_the_draft_models_cost():
     for step in range(2, 12):
         mixed.observe(step, 7, 180.0, 6, 6, 0.05, True)
     assert (mixed.draft_ms_per_token() or 0.0) < 10.0  # what the flag is for
+    # Before the model has drafted, the free copies are all there is to price drafting with (not "unknown", which
+    # would leave the governor unable to decide).
+    copies_only = Governor(k_max=6, k_start=3)
+    copies_only.observe(0, 1, 66.0, 0, 0, 0.0, True)
+    copies_only.observe(1, 7, 180.0, 6, 6, 0.3, True, free_draft=True)
+    assert copies_only.draft_ms_per_token() == pytest.approx(0.05)
 
 
 def _plain_until_free_probe(gov: Governor, step: int, n_tokens: int) -> int:

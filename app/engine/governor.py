@@ -103,6 +103,7 @@ class Governor:
         self._reached = [0.0] * (self.k_max + 1)
         self._stopped = [0.0] * (self.k_max + 1)
         self._draft_ms = self._draft_positions = 0.0
+        self._free_ms = self._free_positions = 0.0  # the same for drafts made without a model pass
         self._costs_time = True  # until the engine says otherwise
         self._since_plain = 0  # steps since the plain cost was last timed
         self._explored = [0] * (self.k_max + 2)  # tries per row count
@@ -133,7 +134,7 @@ class Governor:
         """
         asked = self._next_k if k_asked is None else k_asked
         self._costs_time = draft_costs_time
-        self._record(rows, verify_ms, asked, drafted, accepted, draft_ms, draft_costs_time and not free_draft)
+        self._record(rows, verify_ms, asked, drafted, accepted, draft_ms, draft_costs_time, free_draft)
         if not (self.adaptive and self.k_max > 0):
             return None
         if self.enabled:
@@ -216,10 +217,13 @@ class Governor:
         return [1.0] + [(r + 1.0) / (r + s + 1.0) for r, s in zip(self._reached[1:], self._stopped[1:], strict=True)]
 
     def draft_ms_per_token(self) -> float | None:
-        """ms per drafted position (0 for a free drafter); None before anything was drafted."""
+        """ms per drafted position (0 for a free drafter); None before anything was drafted. The draft model's
+        own positions when it has drafted, else what the free copies cost (hybrid before its model drafted)."""
         if not self._costs_time:
             return 0.0
-        return self._draft_ms / self._draft_positions if self._draft_positions > 0 else None
+        if self._draft_positions > 0:
+            return self._draft_ms / self._draft_positions
+        return self._free_ms / self._free_positions if self._free_positions > 0 else None
 
     def verify_ms(self, rows: int) -> float | None:
         verify = self._costs.table()
@@ -233,7 +237,7 @@ class Governor:
     # --- bookkeeping ---------------------------------------------------------------------------------
 
     def _record(self, rows: int, verify_ms: float, asked: int, drafted: int, accepted: int, draft_ms: float,
-                costs_time: bool) -> None:
+                costs_time: bool, free_draft: bool = False) -> None:
         self._costs.add(rows, verify_ms)
         self._since_plain = 0 if rows == 1 else self._since_plain + 1
         self._decay_evidence(accepted + 1)
@@ -243,7 +247,10 @@ class Governor:
         cut = drafted < asked
         if cut:
             self._stopped[drafted + 1] += 1.0
-        if costs_time and (asked > 0 or drafted > 0):
+        if costs_time and free_draft and drafted > 0:
+            self._free_ms += draft_ms
+            self._free_positions += drafted
+        elif costs_time and (asked > 0 or drafted > 0):
             self._draft_ms += draft_ms
             self._draft_positions += drafted + cut  # a cut draft model evaluated the position it gave up on
         if drafted > 0:
@@ -263,6 +270,8 @@ class Governor:
         self._drafted *= decay
         self._draft_ms *= decay
         self._draft_positions *= decay
+        self._free_ms *= decay
+        self._free_positions *= decay
         for j in range(1, self.k_max + 1):
             self._reached[j] *= decay
             self._stopped[j] *= decay
