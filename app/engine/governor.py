@@ -237,7 +237,7 @@ class Governor:
     # --- bookkeeping ---------------------------------------------------------------------------------
 
     def _record(self, rows: int, verify_ms: float, asked: int, drafted: int, accepted: int, draft_ms: float,
-                costs_time: bool, free_draft: bool = False) -> None:
+                costs_time: bool, free_draft: bool) -> None:
         self._costs.add(rows, verify_ms)
         self._since_plain = 0 if rows == 1 else self._since_plain + 1
         self._decay_evidence(accepted + 1)
@@ -247,7 +247,7 @@ class Governor:
         cut = drafted < asked
         if cut:
             self._stopped[drafted + 1] += 1.0
-        if costs_time and free_draft and drafted > 0:
+        if costs_time and free_draft:
             self._free_ms += draft_ms
             self._free_positions += drafted
         elif costs_time and (asked > 0 or drafted > 0):

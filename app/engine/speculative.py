@@ -438,5 +438,5 @@ def _end_at_eog(draft: Draft, is_eog: Callable[[int], bool]) -> Draft:
         if is_eog(token):
             if i + 1 == len(draft.tokens):
                 return draft
-            return Draft(draft.tokens[:i + 1], draft.q[:i + 1] if draft.q is not None else None, draft.ms, draft.free)
+            return replace(draft, tokens=draft.tokens[:i + 1], q=draft.q[:i + 1] if draft.q is not None else None)
     return draft
