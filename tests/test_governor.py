@@ -128,35 +128,68 @@ def test_a_costly_drafter_is_reprobed_with_growing_waits_and_comes_back():
 
 
 def _after_a_costly_first_draft() -> Governor:
-    """Run 33's CPU, as traced: a plain step 66 ms; asked for 3, the draft model gave up after 1 token (80 ms,
-    two positions evaluated) and its 2-row verify took 100 ms. Drafting turns off."""
+    """Run 33's CPU, as traced: a plain step 66 ms; asked for 3, the draft model drafted 3 (40 ms a position),
+    the 4-row verify took 110 ms and kept only the first. Drafting turns off."""
     gov = Governor(k_max=6, k_start=3)
     gov.observe(0, 1, 66.0, 0, 0, 0.0, True)
-    gov.observe(1, 2, 100.0, 1, 1, 80.0, True, k_asked=3)
+    gov.observe(1, 4, 110.0, 3, 1, 120.0, True)
     assert not gov.enabled
     return gov
 
 
-def _probes(gov: Governor, probe_ms: float, steps: int = 400) -> list[int]:
+def _probes(gov: Governor, probe_ms: float, steps: int = 400, plain_ms: float = 66.0) -> list[int]:
     """Plain steps, and the probes the governor asks for, each giving up at once after `probe_ms`."""
     probes = []
     for step in range(2, steps):
         k = gov.current_k()
         if k:
             probes.append(step)
-        gov.observe(step, 1, 66.0, 0, 0, probe_ms if k else 0.0, True, k_asked=k)
+        gov.observe(step, 1, plain_ms, 0, 0, probe_ms if k else 0.0, True, k_asked=k)
     return probes
 
 
 def test_a_costly_drafter_is_not_probed_where_even_perfect_drafts_lose():
-    # At 40 ms a position and 4 rows costing at least what 2 do, K = 3 at acceptance 1 would give 4 tokens in
-    # 220 ms against 3.3 plain steps: the reply probes once. That probe pays the catch-up of the tokens it
-    # skipped (135 ms for the one position it gave up on): now no K pays even at acceptance 1, and no other
-    # probe follows (in run 33, three such probes cost draft mode 8% of its decode time).
+    # At 40 ms a position and 4 rows in 110 ms, K = 3 at acceptance 1 would give 4 tokens in 230 ms against 3.5
+    # plain steps: the reply probes once. That probe pays the catch-up of the tokens it skipped (135 ms for the
+    # one position it gave up on): now no K pays even at acceptance 1, and no other probe follows (in run 33,
+    # three such probes cost draft mode 8% of its decode time).
     assert len(_probes(_after_a_costly_first_draft(), probe_ms=135.0)) == 1
     # Where it could still pay (a probe costs what a draft position did), probes go on, after growing waits.
     probes = _probes(_after_a_costly_first_draft(), probe_ms=40.0)
     assert len(probes) >= 3 and probes[2] - probes[1] > probes[1] - probes[0], probes
+
+
+def test_a_probe_is_not_bought_with_the_least_an_untimed_verify_could_cost():
+    # Run 34's CPU, sampled: plain 70 ms, the draft 45 ms a position, a 4-row verify 150 ms. No K up to 3 pays
+    # even at acceptance 1; K = 6 would, if its 7 rows cost no more than 4 do (the least they can cost). A probe
+    # drafts at the K the acceptance favours, so it never times 7 rows, and that bound held for the whole
+    # reply: a probe every 16-64 steps, each paying the draft model's catch-up.
+    gov = Governor(k_max=6, k_start=3)
+    gov.observe(0, 1, 70.0, 0, 0, 0.0, True)
+    gov.observe(1, 4, 150.0, 3, 1, 135.0, True)
+    assert not gov.enabled
+    assert _probes(gov, probe_ms=45.0) == []
+    # Timed cheap, 7 rows are worth a probe.
+    costs = RowCosts(7)
+    costs.add(7, 150.0)
+    timed = Governor(k_max=6, k_start=3, costs=costs)
+    timed.observe(0, 1, 70.0, 0, 0, 0.0, True)
+    timed.observe(1, 4, 150.0, 3, 1, 135.0, True)
+    assert not timed.enabled and _probes(timed, probe_ms=45.0)
+
+
+def test_no_probe_that_could_not_turn_drafting_back_on():
+    # At 42 ms a draft position, K = 1 to 3 at acceptance 1 beat plain decoding by 1%: less than the margin that
+    # turning drafting back on asks for, so even a probe whose every token is accepted leaves it off.
+    gov = Governor(k_max=6, k_start=3)
+    gov.observe(0, 1, 70.0, 0, 0, 0.0, True)
+    gov.observe(1, 4, 150.0, 3, 1, 126.0, True)
+    assert not gov.enabled
+    assert _probes(gov, probe_ms=42.0, plain_ms=70.0) == []
+    cheaper = Governor(k_max=6, k_start=3)  # 36 ms a position: 6% faster at acceptance 1, worth a probe
+    cheaper.observe(0, 1, 70.0, 0, 0, 0.0, True)
+    cheaper.observe(1, 4, 150.0, 3, 1, 108.0, True)
+    assert not cheaper.enabled and _probes(cheaper, probe_ms=36.0, plain_ms=70.0)
 
 
 def test_free_copies_do_not_talk_down_the_draft_models_cost():

@@ -20,7 +20,8 @@ per plain_ms. What it measures, all from the reply in progress and all kept rece
 Decisions wait for evidence and keep a margin: drafting stops only when even an optimistic acceptance
 (the estimate plus z standard deviations) would lose, with a larger z until ~24 tokens were drafted; it
 comes back only when a pessimistic one wins by a margin. While off, a drafter that costs time is
-re-probed after exponentially growing waits; a free drafter (prompt lookup) is re-probed with its own
+re-probed after exponentially growing waits, and only while a fully accepted probe could win by that margin
+(so never where its costs alone lose); a free drafter (prompt lookup) is re-probed with its own
 proposals through `free_probe`, which costs only the verify rows. A probe that looks promising but not
 yet sure is followed by another at once.
 
@@ -430,21 +431,29 @@ class Governor:
                 limit = self.tuning.probe_wait_max if self._costs_time else self.tuning.free_probe_wait_max
                 self._backoff = min(limit, 2 * self._backoff)
                 self._wait = self._backoff
-        # A free drafter is probed through free_probe, with proposals it already has. A costly one only while
-        # some K could pay: at a perfect acceptance and the least its verify rows can cost. The text may change,
-        # the costs hardly do, so past that a probe only re-measures a loss. On the 2-core CPU a draft model
-        # costs 0.6 of a target step and each probe also pays the catch-up of the tokens it skipped: draft mode
-        # ran at 0.91x of plain decoding there, off after its first step and probing after 16, 32 and 64 more
-        # (docs/BENCHMARKS.md, run 33).
+        # A free drafter is probed through free_probe, with proposals it already has. A costly one only at a K
+        # that could pay at a perfect acceptance: the text may change, the costs hardly do, so past that a probe
+        # only re-measures a loss. On the 2-core CPU a draft model costs 0.6 of a target step and each probe
+        # also pays the catch-up of the tokens it skipped: draft mode ran at 0.91x of plain decoding there, off
+        # after its first step and probing after 16, 32 and 64 more (docs/BENCHMARKS.md, run 33).
         self._next_k = 0
-        if self._costs_time and self._wait <= 0 and self._could_pay(costs):
-            self._next_k = self._best(rates)
+        if self._costs_time and self._wait <= 0:
+            self._next_k = self._probe_k(costs, rates)
         return None
 
-    def _could_pay(self, costs: _Costs) -> bool:
-        least = self._snapshot(self._costs.optimistic_table()) or costs
-        rates = self._rates(1.0, least)
-        return max(rates[1:]) > rates[0]
+    def _probe_k(self, costs: _Costs, rates: list[float]) -> int:
+        """The K to probe a costly drafter at: of the K that would beat plain decoding at acceptance 1 with the
+        verify rows priced as estimated, the one the current acceptance favours; 0 where there is none. By the
+        margin that turning drafting back on needs: a probe that could not turn it on even if every draft
+        token were accepted is a loss whatever it finds.
+
+        Not at the least an untimed row count could cost: the probe runs at a short K, so it never times the
+        long verify that bound talked up, and the bound held for the whole reply. On the 2-core CPU sampled
+        draft mode probed every 16-64 steps because 7 rows might cost what 4 do (about 1.6x as much there),
+        and ran at 0.94x of llama.cpp's plain decoding (docs/BENCHMARKS.md, run 34)."""
+        perfect = self._rates(1.0, costs)
+        could = [k for k in range(1, self.k_max + 1) if perfect[k] > perfect[0] * (1.0 + self.tuning.on_margin)]
+        return max(could, key=lambda k: rates[k]) if could else 0
 
     def _enable(self, step: int, rates: list[float], costs: _Costs) -> GovernorEvent:
         self.enabled = True
