@@ -443,8 +443,8 @@ class Governor:
 
     def _probe_k(self, costs: _Costs, rates: list[float]) -> int:
         """The K to probe a costly drafter at: of the K that would beat plain decoding at acceptance 1 with the
-        verify rows priced as estimated, the one the current acceptance favours; 0 where there is none. By the
-        margin that turning drafting back on needs: a probe that could not turn it on even if every draft
+        verify rows priced as estimated, the one the current acceptance favours; 0 where there is none. It must win
+        by the margin that turning drafting back on needs: a probe that could not turn it on even if every draft
         token were accepted is a loss whatever it finds.
 
         Not at the least an untimed row count could cost: the probe runs at a short K, so it never times the
