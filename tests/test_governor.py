@@ -127,12 +127,14 @@ def test_a_costly_drafter_is_reprobed_with_growing_waits_and_comes_back():
     assert gov.events[-1].k_before == 0 and gov.events[-1].k_after >= 1 and gov.current_k() >= 1
 
 
-def _after_a_costly_first_draft() -> Governor:
-    """Costs as run 33 traced them on the CPU: a plain step 66 ms, the draft model 40 ms a position, a 4-row verify
-    110 ms. The first draft of 3 has only its first token accepted, and drafting turns off."""
-    gov = Governor(k_max=6, k_start=3)
-    gov.observe(0, 1, 66.0, 0, 0, 0.0, True)
-    gov.observe(1, 4, 110.0, 3, 1, 120.0, True)
+def _after_a_costly_first_draft(plain_ms: float = 66.0, verify_ms: float = 110.0, draft_ms: float = 120.0,
+                                costs: RowCosts | None = None) -> Governor:
+    """A plain step, then a first draft of 3 (4-row verify) with only its first token accepted: drafting turns off.
+    The defaults are the costs run 33 traced on the CPU: a plain step 66 ms, the draft model 40 ms a position, a
+    4-row verify 110 ms."""
+    gov = Governor(k_max=6, k_start=3, costs=costs)
+    gov.observe(0, 1, plain_ms, 0, 0, 0.0, True)
+    gov.observe(1, 4, verify_ms, 3, 1, draft_ms, True)
     assert not gov.enabled
     return gov
 
@@ -164,32 +166,23 @@ def test_a_probe_is_not_bought_with_the_least_an_untimed_verify_could_cost():
     # even at acceptance 1; K = 6 would, if its 7 rows cost no more than 4 do (the least they can cost). A probe
     # drafts at the K the acceptance favours, so it never times 7 rows, and that bound held for the whole
     # reply: a probe every 16-64 steps, each paying the draft model's catch-up.
-    gov = Governor(k_max=6, k_start=3)
-    gov.observe(0, 1, 70.0, 0, 0, 0.0, True)
-    gov.observe(1, 4, 150.0, 3, 1, 135.0, True)
-    assert not gov.enabled
-    assert _probes(gov, probe_ms=45.0) == []
+    gov = _after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=135.0)
+    assert _probes(gov, probe_ms=45.0, plain_ms=70.0) == []
     # Timed cheap, 7 rows are worth a probe.
     costs = RowCosts(7)
     costs.add(7, 150.0)
-    timed = Governor(k_max=6, k_start=3, costs=costs)
-    timed.observe(0, 1, 70.0, 0, 0, 0.0, True)
-    timed.observe(1, 4, 150.0, 3, 1, 135.0, True)
-    assert not timed.enabled and _probes(timed, probe_ms=45.0)
+    timed = _after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=135.0, costs=costs)
+    assert _probes(timed, probe_ms=45.0, plain_ms=70.0)
 
 
 def test_no_probe_that_could_not_turn_drafting_back_on():
     # At 42 ms a draft position, K = 1 to 3 at acceptance 1 beat plain decoding by 1%: less than the margin that
     # turning drafting back on asks for, so even a probe whose every token is accepted leaves it off.
-    gov = Governor(k_max=6, k_start=3)
-    gov.observe(0, 1, 70.0, 0, 0, 0.0, True)
-    gov.observe(1, 4, 150.0, 3, 1, 126.0, True)
-    assert not gov.enabled
+    gov = _after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=126.0)
     assert _probes(gov, probe_ms=42.0, plain_ms=70.0) == []
-    cheaper = Governor(k_max=6, k_start=3)  # 36 ms a position: 6% faster at acceptance 1, worth a probe
-    cheaper.observe(0, 1, 70.0, 0, 0, 0.0, True)
-    cheaper.observe(1, 4, 150.0, 3, 1, 108.0, True)
-    assert not cheaper.enabled and _probes(cheaper, probe_ms=36.0, plain_ms=70.0)
+    # 36 ms a position: 6% faster at acceptance 1, worth a probe.
+    cheaper = _after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=108.0)
+    assert _probes(cheaper, probe_ms=36.0, plain_ms=70.0)
 
 
 def test_free_copies_do_not_talk_down_the_draft_models_cost():
