@@ -109,16 +109,17 @@ def test_a_costly_drafter_is_reprobed_with_growing_waits_and_comes_back():
     while gov.enabled or not gov.events:  # every draft rejected: off
         _costly_step(gov, step, accept_all=False)
         step += 1
-    off_at, probes = step - 1, []
-    for _ in range(40):  # still rejected: probes come after ever longer waits
+    probes = []
+    for _ in range(400):  # still rejected: probes come after ever longer waits
         if _costly_step(gov, step, accept_all=False):
             probes.append(step)
         step += 1
-    gaps = [b - a for a, b in zip([off_at, *probes], probes, strict=False)]
-    assert len(probes) >= 2 and gaps == sorted(gaps) and gaps[-1] > gaps[0]
+    # The first waits for the evidence that turned drafting off to fade (run 35), the others for the backoff.
+    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
+    assert len(probes) >= 4 and gaps == sorted(gaps) and gaps[-1] > 2 * gaps[0], probes
     assert not gov.enabled
-    # The text turns predictable: the next probes bring drafting back.
-    for _ in range(100):
+    # The text turns predictable: the next probes bring drafting back (after the longest wait, at worst).
+    for _ in range(300):
         _costly_step(gov, step, accept_all=True)
         step += 1
         if gov.enabled:
@@ -150,39 +151,68 @@ def _probes(gov: Governor, probe_ms: float, steps: int = 400, plain_ms: float = 
     return probes
 
 
-def test_a_costly_drafter_is_not_probed_where_even_perfect_drafts_lose():
-    # At 40 ms a position and 4 rows in 110 ms, K = 3 at acceptance 1 would give 4 tokens in 230 ms against 3.5
-    # plain steps: the reply probes once. That probe pays the catch-up of the tokens it skipped (135 ms for the
-    # one position it gave up on): now no K pays even at acceptance 1, and no other probe follows (in run 33,
-    # three such probes cost draft mode 8% of its decode time).
-    assert len(_probes(_after_a_costly_first_draft(), probe_ms=135.0)) == 1
-    # Where it could still pay (a probe costs what a draft position did), probes go on, after growing waits.
-    probes = _probes(_after_a_costly_first_draft(), probe_ms=40.0)
-    assert len(probes) >= 3 and probes[2] - probes[1] > probes[1] - probes[0], probes
+def _probes_catching_up(gov: Governor, position_ms: float, catch_up_ms: float, steps: int = 600,
+                        plain_ms: float = 70.0) -> list[int]:
+    """Like _probes, with each probe reporting the catch-up of the tokens it skipped at `catch_up_ms` a token, as
+    ModelDrafter does (Draft.catch_up)."""
+    probes, last = [], 1
+    for step in range(2, steps):
+        k = gov.current_k()
+        skipped = step - last - 1 if k else 0
+        if k:
+            probes.append(step)
+            last = step
+        gov.observe(step, 1, plain_ms, 0, 0, position_ms + skipped * catch_up_ms if k else 0.0, True, k_asked=k,
+                    catch_up=skipped, catch_up_ms=skipped * catch_up_ms)
+    return probes
+
+
+def test_no_probe_until_the_evidence_that_turned_drafting_off_fades():
+    # Plain 70 ms, the draft model 24 ms a position, a 4-row verify 150 ms: drafting pays from an acceptance of
+    # about 0.75. A first draft with one of three tokens accepted turns it off. A probe after the first 16-step
+    # wait would meet the evidence that ruled drafting out: it waits until that has faded enough for drafting
+    # to possibly pay (run 35: on the CPU such probes paid a 17-90 token catch-up and gave up at once).
+    probes = _probes(_after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=72.0), probe_ms=24.0,
+                     plain_ms=70.0)
+    assert probes and probes[0] > 100, probes
+
+
+def test_a_probes_catch_up_is_priced_per_token_not_per_draft_position():
+    # The same costs; each probe also decodes the tokens the draft model skipped, at 7 ms a token (run 35's CPU).
+    gov = _after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=72.0)
+    probes = _probes_catching_up(gov, position_ms=24.0, catch_up_ms=7.0)
+    # Kept apart, the catch-up does not price the model at hundreds of ms a position ...
+    assert gov.draft_ms_per_token() == pytest.approx(24.0, rel=0.01)
+    assert gov.catch_up_ms_per_token() == pytest.approx(7.0)
+    # ... and is charged to every token drafting would emit: after the first probe no other could repay it, where
+    # without a catch-up probes go on (after growing waits).
+    free = _probes_catching_up(_after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=72.0),
+                               position_ms=24.0, catch_up_ms=0.0)
+    assert len(probes) == 1 and len(free) >= 2, (probes, free)
 
 
 def test_a_probe_is_not_bought_with_the_least_an_untimed_verify_could_cost():
-    # Run 34's CPU, sampled: plain 70 ms, the draft 45 ms a position, a 4-row verify 150 ms. No K up to 3 pays
-    # even at acceptance 1; K = 6 would, if its 7 rows cost no more than 4 do (the least they can cost). A probe
-    # drafts at the K the acceptance favours, so it never times 7 rows, and that bound held for the whole
-    # reply: a probe every 16-64 steps, each paying the draft model's catch-up.
+    # Run 34's CPU, sampled: plain 70 ms, the draft 45 ms a position, a 4-row verify 150 ms. No K up to 3 pays;
+    # K = 6 would, if its 7 rows cost no more than 4 do (the least they can cost), and K = 1 if its 2 rows cost
+    # what one does. A probe drafts at the K the acceptance favours, so it never times those rows, and that
+    # bound held for the whole reply: a probe every 16-64 steps, each paying the draft model's catch-up.
     gov = _after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=135.0)
     assert _probes(gov, probe_ms=45.0, plain_ms=70.0) == []
-    # Timed cheap, 7 rows are worth a probe.
-    costs = RowCosts(7)
-    costs.add(7, 150.0)
-    timed = _after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=135.0, costs=costs)
-    assert _probes(timed, probe_ms=45.0, plain_ms=70.0)
 
 
 def test_no_probe_that_could_not_turn_drafting_back_on():
-    # At 42 ms a draft position, K = 1 to 3 at acceptance 1 beat plain decoding by 1%: less than the margin that
-    # turning drafting back on asks for, so even a probe whose every token is accepted leaves it off.
-    gov = _after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=126.0)
-    assert _probes(gov, probe_ms=42.0, plain_ms=70.0) == []
-    # 36 ms a position: 6% faster at acceptance 1, worth a probe.
-    cheaper = _after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=108.0)
-    assert _probes(cheaper, probe_ms=36.0, plain_ms=70.0)
+    # Plain 70 ms, a 4-row verify 120 ms, 36 ms a draft position: at the acceptance the governor cannot yet rule
+    # out, drafting would beat plain decoding by less than the margin that turning it back on asks for, so even a
+    # probe whose every token is accepted would leave it off: no probe. Without the margin there would be some.
+    def probes(tuning: GovernorTuning | None) -> list[int]:
+        gov = Governor(k_max=6, k_start=3, tuning=tuning)
+        gov.observe(0, 1, 70.0, 0, 0, 0.0, True)
+        gov.observe(1, 4, 120.0, 3, 1, 108.0, True)
+        assert not gov.enabled
+        return _probes(gov, probe_ms=36.0, plain_ms=70.0)
+
+    assert probes(None) == []
+    assert probes(GovernorTuning(on_margin=0.0))
 
 
 def test_free_copies_do_not_talk_down_the_draft_models_cost():

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from app.engine.ngram import NgramParams, PromptLookup
@@ -50,6 +50,11 @@ class Draft:
     # Made without a model pass (an n-gram copy, also hybrid's): its time says nothing of what the draft model
     # costs per position, so the governor leaves it out of that estimate (Governor.observe).
     free: bool = False
+    # The tokens a draft model decoded to catch up with a context that moved on without it (steps it sat out),
+    # beyond the one or two every drafting step syncs, and their share of `ms`: a price of having been off,
+    # not of drafting, which the governor keeps apart (Governor.observe).
+    catch_up: int = 0
+    catch_up_ms: float = 0.0
 
 
 NO_DRAFT = Draft((), None, 0.0)
@@ -214,6 +219,9 @@ def _ngram_draft(lookup: PromptLookup, context: list[int], k: int, sampling: Sam
 # A step's catch-up (the last draft token, the correction or bonus) is one to a few tokens; a longer tail (a new
 # prompt) goes as one batch.
 CATCH_UP_ONE_ROW_MAX = 8
+# What a drafting step leaves the draft cache behind by: its last draft token (never decoded) and the target's
+# bonus token, or just the correction. More is a catch-up with steps the draft model sat out.
+STEP_SYNC = 2
 
 
 class ModelDrafter:
@@ -248,8 +256,8 @@ class ModelDrafter:
         self._window = None  # made at the first draft, with that reply's sampling
         self.sync(context)
 
-    def sync(self, context: list[int]) -> None:
-        """Bring the draft cache to `context`: keep the common prefix, decode only the rest."""
+    def sync(self, context: list[int]) -> int:
+        """Bring the draft cache to `context`: keep the common prefix, decode only the rest (returned: how many)."""
         # The last token is decoded again even when cached: its logits are what the draft starts from.
         common = self.ctx.keep_common_prefix(context[:-1], known=self._agreed)
         tail = context[common:]
@@ -260,13 +268,16 @@ class ModelDrafter:
             self.ctx.decode(tail, logits_for="last")
         # Within a reply the context only grows, so what agrees now still agrees at the next step.
         self._agreed = len(context)
+        return len(tail)
 
     def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Draft:
         start = time.perf_counter()
         if k <= 0:
             return NO_DRAFT
         k = min(k, self.ctx.n_ctx - len(context))
-        self.sync(context)
+        synced = self.sync(context)
+        catch_up = max(0, synced - STEP_SYNC)
+        catch_up_ms = (time.perf_counter() - start) * 1000.0 * catch_up / synced if catch_up else 0.0
         window = self._penalties(context, sampling)
         tokens: list[int] = []
         dists: list[Dist] = []
@@ -292,7 +303,8 @@ class ModelDrafter:
         if window is not None:
             window.truncate(len(context))
         q_out = tuple(dists) if not sampling.greedy else None
-        return Draft(tuple(tokens), q_out, (time.perf_counter() - start) * 1000.0)
+        return Draft(tuple(tokens), q_out, (time.perf_counter() - start) * 1000.0, catch_up=catch_up,
+                     catch_up_ms=catch_up_ms)
 
     def _penalties(self, context: list[int], sampling: SamplingParams) -> PenaltyWindow | None:
         if not sampling.penalized:
@@ -334,7 +346,7 @@ class HybridDrafter:
         if copy is not None:
             return copy
         draft = self.model.propose(context, k, sampling, noise)
-        return Draft(draft.tokens, draft.q, (time.perf_counter() - start) * 1000.0)
+        return replace(draft, ms=(time.perf_counter() - start) * 1000.0)
 
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Draft:
         """While the governor has the draft model off, hybrid still offers long n-gram copies, as lookup does."""

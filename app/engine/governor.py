@@ -20,10 +20,11 @@ per plain_ms. What it measures, all from the reply in progress and all kept rece
 Decisions wait for evidence and keep a margin: drafting stops only when even an optimistic acceptance
 (the estimate plus z standard deviations) would lose, with a larger z until ~24 tokens were drafted; it
 comes back only when a pessimistic one wins by a margin. While off, a drafter that costs time is
-re-probed after exponentially growing waits, and only while a fully accepted probe could win by that margin
-(so never where its costs alone lose); a free drafter (prompt lookup) is re-probed with its own
-proposals through `free_probe`, which costs only the verify rows. A probe that looks promising but not
-yet sure is followed by another at once.
+re-probed after exponentially growing waits, and only while drafting could win by that margin at the acceptance
+the off decision ruled out (the estimate plus z sd: the evidence fades as the reply moves on, so the bar falls),
+with the catch-up of the steps the model sat out charged to every token. A free drafter (prompt lookup) is
+re-probed with its own proposals through `free_probe`, which costs only the verify rows. A probe that looks
+promising but not yet sure is followed by another at once.
 
 Every call is O(k_max) and nothing grows with the reply (events are capped).
 """
@@ -105,6 +106,7 @@ class Governor:
         self._stopped = [0.0] * (self.k_max + 1)
         self._draft_ms = self._draft_positions = 0.0
         self._free_ms = self._free_positions = 0.0  # the same for drafts made without a model pass
+        self._catch_up_ms = self._catch_up_tokens = 0.0  # a draft model's catch-ups after steps it sat out
         self._costs_time = True  # until the engine says otherwise
         self._since_plain = 0  # steps since the plain cost was last timed
         self._explored = [0] * (self.k_max + 2)  # tries per row count
@@ -124,17 +126,26 @@ class Governor:
         return self.k if self.enabled else 0
 
     def observe(self, step: int, rows: int, verify_ms: float, drafted: int, accepted: int, draft_ms: float,
-                draft_costs_time: bool, *, k_asked: int | None = None,
-                free_draft: bool = False) -> GovernorEvent | None:
+                draft_costs_time: bool, *, k_asked: int | None = None, free_draft: bool = False,
+                catch_up: int = 0, catch_up_ms: float = 0.0) -> GovernorEvent | None:
         """Learn from one verified step; returns an event when K or the on/off state changed.
 
         k_asked: the K the drafter was asked for, where the engine cut current_k() (context room, n_predict),
         so that the cut is not blamed on the drafter. free_draft: this step's draft came without a model pass
         (hybrid's n-gram copies): it counts for acceptance, not for the draft model's cost per position, which
         near-free copies would otherwise talk down (on the CPU, into probing a model that could not pay).
+        catch_up, catch_up_ms: the tokens the draft model decoded for steps it sat out, and their share of
+        draft_ms (Draft.catch_up). A probe's is what it pays for drafting having been off: kept out of the cost
+        per position (one probe's 90-token catch-up priced the draft model at 450 ms a position) and priced by
+        _probe_k instead. While drafting is on, the catch-ups after hybrid's copies stay in the cost per
+        position, as in the hybrid timings of docs/BENCHMARKS.md runs 33-34.
         """
         asked = self._next_k if k_asked is None else k_asked
         self._costs_time = draft_costs_time
+        if draft_costs_time and catch_up > 0 and not self.enabled:
+            self._catch_up_ms += catch_up_ms
+            self._catch_up_tokens += catch_up
+            draft_ms = max(0.0, draft_ms - catch_up_ms)
         self._record(rows, verify_ms, asked, drafted, accepted, draft_ms, draft_costs_time, free_draft)
         if not (self.adaptive and self.k_max > 0):
             return None
@@ -225,6 +236,10 @@ class Governor:
         if self._draft_positions > 0:
             return self._draft_ms / self._draft_positions
         return self._free_ms / self._free_positions if self._free_positions > 0 else None
+
+    def catch_up_ms_per_token(self) -> float:
+        """What the draft model paid per token it caught up with after sitting steps out (0 before it did)."""
+        return self._catch_up_ms / self._catch_up_tokens if self._catch_up_tokens > 0 else 0.0
 
     def verify_ms(self, rows: int) -> float | None:
         verify = self._costs.table()
@@ -431,28 +446,34 @@ class Governor:
                 limit = self.tuning.probe_wait_max if self._costs_time else self.tuning.free_probe_wait_max
                 self._backoff = min(limit, 2 * self._backoff)
                 self._wait = self._backoff
-        # A free drafter is probed through free_probe, with proposals it already has. A costly one only at a K
-        # that could pay at a perfect acceptance: the text may change, the costs hardly do, so past that a probe
-        # only re-measures a loss. On the 2-core CPU a draft model costs 0.6 of a target step and each probe
-        # also pays the catch-up of the tokens it skipped: draft mode ran at 0.91x of plain decoding there, off
-        # after its first step and probing after 16, 32 and 64 more (docs/BENCHMARKS.md, run 33).
+        # A free drafter is probed through free_probe, with proposals it already has. A costly one only where
+        # _probe_k finds a K worth it: on the 2-core CPU a draft model costs 0.6 of a target step and each probe
+        # also pays the catch-up of the tokens it skipped, and draft mode ran at 0.91x of plain decoding there,
+        # off after its first step and probing after 16, 32 and 64 more (docs/BENCHMARKS.md, run 33).
         self._next_k = 0
         if self._costs_time and self._wait <= 0:
             self._next_k = self._probe_k(costs, rates)
         return None
 
     def _probe_k(self, costs: _Costs, rates: list[float]) -> int:
-        """The K to probe a costly drafter at: of the K that would beat plain decoding at acceptance 1 with the
-        verify rows priced as estimated, the one the current acceptance favours; 0 where there is none. It must win
-        by the margin that turning drafting back on needs: a probe that could not turn it on even if every draft
-        token were accepted is a loss whatever it finds.
+        """The K to probe a costly drafter at, 0 for none: of the K that could turn drafting back on, the one the
+        current acceptance favours.
 
-        Not at the least an untimed row count could cost: the probe runs at a short K, so it never times the
-        long verify that bound talked up, and the bound held for the whole reply. On the 2-core CPU sampled
-        draft mode probed every 16-64 steps because 7 rows might cost what 4 do (about 1.6x as much there),
-        and ran at 0.94x of llama.cpp's plain decoding (docs/BENCHMARKS.md, run 34)."""
-        perfect = self._rates(1.0, costs)
-        could = [k for k in range(1, self.k_max + 1) if perfect[k] > perfect[0] * (1.0 + self.tuning.on_margin)]
+        Could: at the acceptance the off decision ruled out (the estimate plus z sd, z as _disable used), with
+        the verify rows priced as estimated and the catch-up of the steps the model sat out charged to every
+        token, K beats plain decoding by the margin that turning drafting back on needs. Past that a probe is a
+        loss whatever it finds. The evidence fades as the reply moves on, so the optimistic acceptance rises
+        and a reply whose text turns predictable is probed again. The catch-up is charged per token because the
+        waits double: drafting that a probe turns on has about as long a stretch to win it back as the one it
+        caught up. Not at acceptance 1, nor at the least an untimed row count could cost: on the 2-core CPU
+        sampled draft mode probed every 16-64 steps and ran at 0.94x of llama.cpp's plain decoding with the
+        latter (docs/BENCHMARKS.md, run 34), and at 0.97x with the former, each probe paying a 17-90 token
+        catch-up at 5-7 ms a token and giving up at once (run 35)."""
+        a = min(1.0, self.acceptance() + self._z() * self.acceptance_sd())
+        hopeful = self._rates(a, costs)
+        catch_up = self.catch_up_ms_per_token()
+        bar = hopeful[0] * (1.0 + self.tuning.on_margin)
+        could = [k for k in range(1, self.k_max + 1) if 1.0 / (1.0 / hopeful[k] + catch_up) > bar]
         return max(could, key=lambda k: rates[k]) if could else 0
 
     def _enable(self, step: int, rates: list[float], costs: _Costs) -> GovernorEvent:

@@ -268,7 +268,8 @@ class SpecEngine:
                     rows_decoded = len(draft.tokens) + 1 + pad
                     events.append(governor.observe(step, rows_decoded, verify_ms, len(draft.tokens), accepted,
                                                    draft.ms, self.drafter.costs_time, k_asked=k,
-                                                   free_draft=draft.free))
+                                                   free_draft=draft.free, catch_up=draft.catch_up,
+                                                   catch_up_ms=draft.catch_up_ms))
                     if copies is not None and copying:
                         events.append(copies.observe(step, rows_decoded, verify_ms, len(draft.tokens), accepted,
                                                      draft.ms, False, k_asked=k))
