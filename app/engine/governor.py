@@ -416,7 +416,8 @@ class Governor:
         self._wait = self._backoff
         self._next_k = 0
         best = self._best(optimistic)
-        probes = (f"a probe after {self._wait} plain steps, then ever less often" if self._costs_time
+        probes = (f"probes (the first after {self._wait} plain steps or more, once this evidence has faded, then ever "
+                  "less often)" if self._costs_time
                   else "probes with the drafter's free proposals")
         return GovernorEvent(
             step, "disable", before, 0,
