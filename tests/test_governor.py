@@ -129,32 +129,21 @@ def test_a_costly_drafter_is_reprobed_with_growing_waits_and_comes_back():
 
 
 def _after_a_costly_first_draft(plain_ms: float = 66.0, verify_ms: float = 110.0, draft_ms: float = 120.0,
-                                costs: RowCosts | None = None) -> Governor:
+                                costs: RowCosts | None = None, tuning: GovernorTuning | None = None) -> Governor:
     """A plain step, then a first draft of 3 (4-row verify) with only its first token accepted: drafting turns off.
     The defaults are the costs run 33 traced on the CPU: a plain step 66 ms, the draft model 40 ms a position, a
     4-row verify 110 ms."""
-    gov = Governor(k_max=6, k_start=3, costs=costs)
+    gov = Governor(k_max=6, k_start=3, costs=costs, tuning=tuning)
     gov.observe(0, 1, plain_ms, 0, 0, 0.0, True)
     gov.observe(1, 4, verify_ms, 3, 1, draft_ms, True)
     assert not gov.enabled
     return gov
 
 
-def _probes(gov: Governor, probe_ms: float, steps: int = 400, plain_ms: float = 66.0) -> list[int]:
-    """Plain steps, and the probes the governor asks for, each giving up at once after `probe_ms`."""
-    probes = []
-    for step in range(2, steps):
-        k = gov.current_k()
-        if k:
-            probes.append(step)
-        gov.observe(step, 1, plain_ms, 0, 0, probe_ms if k else 0.0, True, k_asked=k)
-    return probes
-
-
-def _probes_catching_up(gov: Governor, position_ms: float, catch_up_ms: float, steps: int = 600,
-                        plain_ms: float = 70.0) -> list[int]:
-    """Like _probes, with each probe reporting the catch-up of the tokens it skipped at `catch_up_ms` a token, as
-    ModelDrafter does (Draft.catch_up)."""
+def _probes(gov: Governor, probe_ms: float, steps: int = 400, plain_ms: float = 66.0,
+            catch_up_ms: float = 0.0) -> list[int]:
+    """Plain steps, and the probes the governor asks for, each giving up at once after `probe_ms` plus the
+    catch-up of the tokens it skipped at `catch_up_ms` a token, reported as ModelDrafter does (Draft.catch_up)."""
     probes, last = [], 1
     for step in range(2, steps):
         k = gov.current_k()
@@ -162,7 +151,7 @@ def _probes_catching_up(gov: Governor, position_ms: float, catch_up_ms: float, s
         if k:
             probes.append(step)
             last = step
-        gov.observe(step, 1, plain_ms, 0, 0, position_ms + skipped * catch_up_ms if k else 0.0, True, k_asked=k,
+        gov.observe(step, 1, plain_ms, 0, 0, probe_ms + skipped * catch_up_ms if k else 0.0, True, k_asked=k,
                     catch_up=skipped, catch_up_ms=skipped * catch_up_ms)
     return probes
 
@@ -180,14 +169,14 @@ def test_no_probe_until_the_evidence_that_turned_drafting_off_fades():
 def test_a_probes_catch_up_is_priced_per_token_not_per_draft_position():
     # The same costs; each probe also decodes the tokens the draft model skipped, at 7 ms a token (run 35's CPU).
     gov = _after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=72.0)
-    probes = _probes_catching_up(gov, position_ms=24.0, catch_up_ms=7.0)
+    probes = _probes(gov, probe_ms=24.0, steps=600, plain_ms=70.0, catch_up_ms=7.0)
     # Kept apart, the catch-up does not price the model at hundreds of ms a position ...
     assert gov.draft_ms_per_token() == pytest.approx(24.0, rel=0.01)
     assert gov.catch_up_ms_per_token() == pytest.approx(7.0)
     # ... and is charged to every token drafting would emit: after the first probe no other could repay it, where
     # without a catch-up probes go on (after growing waits).
-    free = _probes_catching_up(_after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=72.0),
-                               position_ms=24.0, catch_up_ms=0.0)
+    free = _probes(_after_a_costly_first_draft(plain_ms=70.0, verify_ms=150.0, draft_ms=72.0), probe_ms=24.0,
+                   steps=600, plain_ms=70.0)
     assert len(probes) == 1 and len(free) >= 2, (probes, free)
 
 
@@ -205,10 +194,7 @@ def test_no_probe_that_could_not_turn_drafting_back_on():
     # out, drafting would beat plain decoding by less than the margin that turning it back on asks for, so even a
     # probe whose every token is accepted would leave it off: no probe. Without the margin there would be some.
     def probes(tuning: GovernorTuning | None) -> list[int]:
-        gov = Governor(k_max=6, k_start=3, tuning=tuning)
-        gov.observe(0, 1, 70.0, 0, 0, 0.0, True)
-        gov.observe(1, 4, 120.0, 3, 1, 108.0, True)
-        assert not gov.enabled
+        gov = _after_a_costly_first_draft(plain_ms=70.0, verify_ms=120.0, draft_ms=108.0, tuning=tuning)
         return _probes(gov, probe_ms=36.0, plain_ms=70.0)
 
     assert probes(None) == []
