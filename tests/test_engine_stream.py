@@ -83,7 +83,7 @@ def test_prompt_processing_reports_progress_and_stop_ends_it_between_batches(smo
         assert progress[-1].done == len(prompt)
         assert events.index(progress[-1]) < min(i for i, e in enumerate(events) if isinstance(e, TokenEvent))
 
-        other = session.target_model.tokenize("five six seven eight " * 60)
+        other = session.target_model.tokenize(", ".join(str(i) for i in range(1, 100)) + ",")  # ~290 tokens
         cancel = threading.Event()
         seen = []
         for event in session.generate(other, GenParams("none", 8), cancel):
@@ -95,6 +95,50 @@ def test_prompt_processing_reports_progress_and_stop_ends_it_between_batches(smo
         assert finish.tokens == () and sum(isinstance(e, PrefillEvent) for e in seen) == 1
         again = list(session.generate(other, GenParams("none", 2)))[-1]  # the partial cache is reused
         assert again.stats.finish_reason in ("length", "stop") and again.tokens
+
+
+def test_the_draft_models_prompt_processing_reports_progress_and_stop_ends_it_between_batches(smol_path):
+    """In a mode that drafts with a model, the draft model processes the prompt after the target, a batch at a
+    time too: its PrefillEvents follow the target's, and a Stop during them ends the reply before any token,
+    leaving a draft cache that the next reply brings up to date (on the CPU the draft's share of a long
+    prompt was a third of the wait, with no progress shown and Stop ignored until it ended)."""
+    import threading
+
+    from app.engine.events import FinishEvent, PrefillEvent
+    from app.engine.pair_config import PairConfig
+    from app.engine.session import GenParams, SpecSession
+    from app.engine.speculative import SpecParams
+
+    # SmolLM2 drafting for itself: a real second model context, and every greedy draft token is accepted.
+    with SpecSession(PairConfig(smol_path, smol_path, n_ctx=1024, n_batch=64, n_threads=2)) as session:
+        assert session.draft_ctx is not None
+        prompt = session.target_model.tokenize("one two three four " * 60)  # ~240 tokens: 4 batches
+        events = list(session.generate(prompt, GenParams("draft", 2)))
+        progress = [e for e in events if isinstance(e, PrefillEvent)]
+        target = [e for e in progress if e.model == "target"]
+        draft = [e for e in progress if e.model == "draft"]
+        assert progress == target + draft and len(draft) >= 3
+        assert [e.total for e in draft] == [len(prompt)] * len(draft) and draft[-1].done == len(prompt)
+        assert [e.done for e in draft] == sorted(e.done for e in draft)
+
+        other = session.target_model.tokenize(", ".join(str(i) for i in range(1, 100)) + ",")  # ~290 tokens
+        cancel = threading.Event()
+        seen = []
+        for event in session.generate(other, GenParams("draft", 8), cancel):
+            seen.append(event)
+            if isinstance(event, PrefillEvent) and event.model == "draft":
+                cancel.set()  # Stop, pressed while the draft model processes the prompt
+        finish = seen[-1]
+        assert isinstance(finish, FinishEvent) and finish.stats.finish_reason == "cancelled" and finish.tokens == ()
+        assert [e.model for e in seen if isinstance(e, PrefillEvent)].count("draft") == 1
+        stopped = session.draft_ctx.tokens
+        assert len(stopped) < len(other) and stopped == other[:len(stopped)]  # stopped part-way
+        fixed_k = GenParams("draft", 8, spec=SpecParams(adaptive=False, p_min=0.0))  # draft K = 6 every step
+        again = list(session.generate(other, fixed_k))[-1]
+        assert again.stats.finish_reason in ("length", "stop") and again.text.startswith(" 100,")
+        assert session.draft_ctx.tokens[:len(other)] == other
+        # The model drafting for itself from a cache that holds the whole prompt: its drafts are the target's.
+        assert again.stats.drafted >= 6 and again.stats.accepted >= again.stats.drafted - 1
 
 
 def test_clear_caches_makes_the_next_reply_prefill_the_whole_prompt(smol_session):

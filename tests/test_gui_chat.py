@@ -109,6 +109,30 @@ def test_reply_shows_every_fate_and_matching_stats(window: Any, qtbot: Any) -> N
     assert saved.stats["tokens_per_second"] == stats.tokens_per_second
 
 
+def test_the_draft_models_prompt_processing_is_shown_after_the_targets(window: Any, qtbot: Any) -> None:
+    # Draft mode: the draft model processes the prompt too, after the target; the bar says whose turn it is.
+    seen: list[tuple[int, int, str, str]] = []
+    room: list[bool] = []  # the bar's text fits on one line (a long model label squeezed it until it wrapped)
+
+    def record(done: int, total: int, model: str) -> None:
+        seen.append((done, total, model, window.progress.format() if window.progress.isVisible() else ""))
+        if total > 0:
+            text = window.progress.format().replace("%p", "100")
+            room.append(window.progress.minimumWidth() > window.progress.fontMetrics().horizontalAdvance(text))
+
+    window.controller.prefillProgress.connect(record)
+    try:
+        _submit(window, qtbot, "Name three colours.")
+    finally:
+        window.controller.prefillProgress.disconnect(record)
+    reported = [(model, shown) for done, total, model, shown in seen if total > 0]
+    assert [model for model, _ in reported] == sorted((m for m, _ in reported), key=["target", "draft"].index)
+    assert {model for model, _ in reported} == {"target", "draft"}
+    assert {shown for model, shown in reported if model == "draft"} == {"processing prompt (draft model) %p%"}
+    assert {shown for model, shown in reported if model == "target"} == {"processing prompt %p%"}
+    assert seen[-1][:2] == (0, 0) and not window.progress.isVisible() and room and all(room)
+
+
 def test_stop_mid_reply_leaves_a_consistent_transcript(window: Any, qtbot: Any) -> None:
     window.settings = replace(window.settings, n_predict=400)
     try:

@@ -339,7 +339,7 @@ def test_a_prompt_sent_while_models_load_waits_visibly_and_is_never_replaced(
 def test_processing_prompt_state_between_send_and_the_first_token(window: Any, qtbot: Any) -> None:
     window._on_new_action_triggered()
     seen: list[tuple[int, int]] = []
-    window.controller.prefillProgress.connect(lambda done, total: seen.append((done, total)))
+    window.controller.prefillProgress.connect(lambda done, total, _model: seen.append((done, total)))
     shown: list[str] = []
     window.controller.prefillProgress.connect(
         lambda *_: shown.append(window.progress.format() if window.progress.isVisible() else ""))

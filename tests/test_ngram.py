@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -219,8 +220,8 @@ def test_a_running_copy_resumes_right_after_an_edit() -> None:
 class _ScanDrafter:
     """The previous LookupDrafter: the most recent earlier match of the last 3..1 tokens, rescanned each step."""
 
-    def prepare(self, context: list[int]) -> None:
-        pass
+    def prepare(self, context: list[int]) -> Iterator[tuple[int, int]]:
+        return iter(())
 
     def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
         for n in (3, 2, 1):
@@ -312,8 +313,9 @@ class _StubModel:
         self.calls = 0
         self.prepared: list[int] | None = None
 
-    def prepare(self, context: list[int]) -> None:
+    def prepare(self, context: list[int]) -> Iterator[tuple[int, int]]:
         self.prepared = list(context)
+        return iter(())
 
     def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
         self.calls += 1

@@ -111,12 +111,14 @@ class FinishEvent:
 
 @dataclass(frozen=True, slots=True)
 class PrefillEvent:
-    """Prompt processing: `done` of `total` new prompt tokens are in the target's cache (the cached
-    prefix of an earlier turn is not counted). Yielded per batch, so a long prompt shows progress
-    and Stop ends it between batches."""
+    """Prompt processing: `done` of `total` new prompt tokens are in `model`'s cache (the cached prefix
+    of an earlier turn is not counted). Yielded per batch, so a long prompt shows progress and Stop ends
+    it between batches: first the target's ("target"), then, in the modes that draft with it, the draft
+    model's ("draft")."""
 
     done: int
     total: int
+    model: str = "target"
 
 
 Event = TokenEvent | StepEvent | GovernorEvent | FinishEvent | PrefillEvent

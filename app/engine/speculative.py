@@ -192,7 +192,10 @@ class SpecEngine:
             n_prefilled = progress.done
             yield progress
         if k_max > 0 and not (cancel is not None and cancel.is_set()):
-            self.drafter.prepare(list(prompt))
+            for done, total in self.drafter.prepare(list(prompt)):
+                yield PrefillEvent(done, total, model="draft")
+                if cancel is not None and cancel.is_set():
+                    break
         prefill_ms = (self.clock() - t_start) * 1000.0
 
         native_start = self.target.native_ms + self.drafter.native_ms

@@ -38,7 +38,9 @@ class ChatController(QObject):
     conversationsChanged = Signal()
     governorSwitched = Signal(object)  # GovernorEvent: drafting turned off or back on
     contextChanged = Signal(int, int)  # tokens the conversation fills, the context's size
-    prefillProgress = Signal(int, int)  # prompt tokens processed, of; (0, 0) when the reply starts or ends
+    # Prompt tokens processed, of, by which model ("target", then "draft" in the modes that draft with it);
+    # (0, -1, "target") when the reply starts, (0, 0, "") when the first token comes or the reply ends.
+    prefillProgress = Signal(int, int, str)
     samplingChanged = Signal(object)  # the shown chat's own sampling preset (None: the default)
 
     def __init__(
@@ -288,7 +290,7 @@ class ChatController(QObject):
     @Slot(str, object)
     def _on_worker_runStarted(self, name: str, _params: GenParams) -> None:
         self._prefilling = True
-        self.prefillProgress.emit(0, -1)  # the prompt is being processed: progress follows per batch
+        self.prefillProgress.emit(0, -1, "target")  # the prompt is being processed: progress follows per batch
         self.stats.reset()
         if self._comparing:
             self.compare.start_run(name)
@@ -306,10 +308,10 @@ class ChatController(QObject):
             if isinstance(event, GovernorEvent) and event.scope == "draft" and event.action in ("disable", "enable"):
                 self.governorSwitched.emit(event)
             elif isinstance(event, PrefillEvent):
-                self.prefillProgress.emit(event.done, event.total)
+                self.prefillProgress.emit(event.done, event.total, event.model)
             elif isinstance(event, TokenEvent) and self._prefilling:
                 self._prefilling = False
-                self.prefillProgress.emit(0, 0)
+                self.prefillProgress.emit(0, 0, "")
 
     @Slot(str, object)
     def _on_worker_finished(self, name: str, finish: FinishEvent) -> None:
@@ -366,7 +368,7 @@ class ChatController(QObject):
             self.transcript.finish_reply()
         self._comparing = False
         self._prefilling = False
-        self.prefillProgress.emit(0, 0)
+        self.prefillProgress.emit(0, 0, "")
         self.conversationsChanged.emit()
         self.busyChanged.emit(False)
         self._result = ok and not self._error

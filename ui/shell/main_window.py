@@ -636,14 +636,21 @@ class MainWindow(QMainWindow):
             self.errors.show_message("Context, threads, GPU layers and flash attention apply when the models load.",
                                      "info", ("Reload now", "reload"))
 
-    @Slot(int, int)
-    def _on_controller_prefillProgress(self, done: int, total: int) -> None:
-        """Between Send and the first token: "processing prompt" with progress (Stop cancels it)."""
+    @Slot(int, int, str)
+    def _on_controller_prefillProgress(self, done: int, total: int, model: str) -> None:
+        """Between Send and the first token: "processing prompt" with progress (Stop cancels it), the
+        target's and then, in the modes that draft with it, the draft model's."""
         if total == 0:
             if self.progress.format().startswith("processing"):
                 self.progress.hide()
+                self.progress.setMinimumWidth(0)
             return
-        self.progress.setFormat("processing prompt %p%")
+        text = "processing prompt (draft model) %p%" if model == "draft" else "processing prompt %p%"
+        self.progress.setFormat(text)
+        # On one line: the status bar squeezes its widgets for a long model label, and the text wrapped.
+        wide = self.progress.fontMetrics().horizontalAdvance(text.replace("%p", "100")) + 32
+        self.progress.setMinimumWidth(wide)
+        self.progress.setMaximumWidth(max(220, wide))
         self.progress.setRange(0, max(total, 0))  # (0, 0): busy until the first batch reports
         self.progress.setValue(done)
         self.progress.show()
