@@ -162,6 +162,19 @@ def test_heldout_suite_loads_and_shares_no_prompt_with_the_builtin_one():
     assert {"json", "csv", "edit", "multi-turn"} <= {p.kind for p in heldout}
 
 
+def test_long_context_suite_loads_and_fills_most_of_a_4096_context():
+    # Prompts of 1.5k and 3k tokens (docs/BENCHMARKS.md, run 36): decode speed against llama.cpp where attention
+    # over a long context, not the weights, takes a growing share of each step.
+    path = Path(bench_mod.__file__).parent.parent / "data" / "bench_prompts_long.jsonl"
+    long = load_prompts(path)
+    builtin = load_prompts(None)
+    assert [p.id for p in long] == ["long-summarise", "long-edit"]
+    assert not {p.id for p in long} & {p.id for p in builtin}
+    for item in long:
+        assert item.n_predict and len(item.prompt) > 5000  # about 4 characters a token: over 1.2k tokens
+        assert "```python\n" in item.prompt
+
+
 # --- round order --------------------------------------------------------------------------------------------
 
 
