@@ -133,6 +133,34 @@ def test_the_draft_models_prompt_processing_is_shown_after_the_targets(window: A
     assert seen[-1][:2] == (0, 0) and not window.progress.isVisible() and room and all(room)
 
 
+def test_stop_while_the_draft_model_processes_the_prompt(window: Any, qtbot: Any) -> None:
+    # ~700 prompt tokens: two batches of the draft model's prefill, so a Stop after the first lands in the second.
+    long_prompt = "Which items are red? " + " ".join(f"Item {i} is {('red', 'blue')[i % 2]}." for i in range(110))
+    stops: list[int] = []
+
+    def stop_at_the_draft(done: int, total: int, model: str) -> None:
+        if model == "draft" and total > 0 and not stops:
+            stops.append(done)
+            window.stop_button.click()  # as the user would, while the bar says "(draft model)"
+
+    window._on_new_action_triggered()
+    window.controller.prefillProgress.connect(stop_at_the_draft)
+    try:
+        with qtbot.waitSignal(window.generationFinished, timeout=REPLY_TIMEOUT_MS):
+            assert window.submit(long_prompt)
+    finally:
+        window.controller.prefillProgress.disconnect(stop_at_the_draft)
+    finish = window.controller.last_finish["chat"]
+    assert stops and stops[0] < finish.stats.n_prompt_tokens  # stopped part-way through the draft's prefill
+    assert finish.stats.finish_reason == "cancelled" and finish.tokens == ()
+    assert "stopped by you" in window.transcript.toPlainText()
+    panel = window.stats
+    assert panel.text("tokens_per_second") == "—" and panel.text("time_split") == "—"
+    assert not window.controller.busy() and window.send_button.isEnabled()
+    again = _submit(window, qtbot, "Name one.")  # the draft cache, stopped part-way, serves the next reply
+    assert again.tokens and again.stats.drafted > 0
+
+
 def test_stop_mid_reply_leaves_a_consistent_transcript(window: Any, qtbot: Any) -> None:
     window.settings = replace(window.settings, n_predict=400)
     try:

@@ -28,8 +28,10 @@ TITLES = {
 def format_value(key: str, stats: LiveStats) -> str:
     """The text the panel shows for `key` (tests compare it with the engine's final numbers)."""
     live = "" if stats.final else "~"
+    # A reply stopped before its first token has no speed or time split: "0.0 tok/s, other 100%" said otherwise.
+    nothing = not (stats.final.n_tokens if stats.final else stats.tokens)
     if key == "tokens_per_second":
-        return f"{live}{stats.tokens_per_second:.1f} tok/s" if stats.tokens or stats.final else "—"
+        return "—" if nothing else f"{live}{stats.tokens_per_second:.1f} tok/s"
     if key == "acceptance_rate":
         return f"{stats.acceptance_rate:.1%} ({stats.accepted}/{stats.drafted})" if stats.drafted else "—"
     if key == "mean_accepted_length":
@@ -45,7 +47,7 @@ def format_value(key: str, stats: LiveStats) -> str:
     if key == "time_split":
         draft, verify, other = stats.time_split
         total = draft + verify + other
-        if total <= 0:
+        if total <= 0 or nothing:
             return "—"
         return f"draft {draft / total:.0%} · verify {verify / total:.0%} · other {other / total:.0%}"
     raise KeyError(key)
