@@ -104,6 +104,7 @@ def test_the_draft_models_prompt_processing_reports_progress_and_stop_ends_it_be
     prompt was a third of the wait, with no progress shown and Stop ignored until it ended)."""
     import threading
 
+    from app.cli.render import format_stats
     from app.engine.events import FinishEvent, PrefillEvent
     from app.engine.pair_config import PairConfig
     from app.engine.session import GenParams, SpecSession
@@ -120,6 +121,11 @@ def test_the_draft_models_prompt_processing_reports_progress_and_stop_ends_it_be
         assert progress == target + draft and len(draft) >= 3
         assert [e.total for e in draft] == [len(prompt)] * len(draft) and draft[-1].done == len(prompt)
         assert [e.done for e in draft] == sorted(e.done for e in draft)
+        stats = events[-1].stats  # the draft model's share of the prompt's processing, reported apart
+        assert 0.0 < stats.draft_prefill_ms < stats.prefill_ms
+        assert "the draft model's pass" in format_stats(stats)
+        lookup = list(session.generate(prompt[:-5], GenParams("lookup", 2)))[-1].stats
+        assert lookup.draft_prefill_ms == 0.0 and "draft model" not in format_stats(lookup)
 
         other = session.target_model.tokenize(", ".join(str(i) for i in range(1, 100)) + ",")  # ~290 tokens
         cancel = threading.Event()

@@ -53,10 +53,12 @@ class TerminalRenderer:
 
 
 def format_stats(stats: GenerationStats) -> str:
+    draft_ms = stats.draft_prefill_ms
+    draft_pass = f", the draft model's pass {draft_ms / 1000:.2f} s of it" if draft_ms else ""
     lines = [
         f"mode {stats.mode}: {stats.n_tokens} tokens, decoded at {stats.tokens_per_second:.2f} tokens/s over "
-        f"{stats.decode_ms / 1000:.2f} s (prompt {stats.n_prompt_tokens} tokens, "
-        f"{stats.prompt_tokens_per_second:.1f} tokens/s)",
+        f"{stats.decode_ms / 1000:.2f} s (prompt {stats.n_prompt_tokens} tokens in {stats.prefill_ms / 1000:.2f} s, "
+        f"{stats.prompt_tokens_per_second:.1f} tokens/s{draft_pass})",
     ]
     if stats.drafted:
         per_pos = " ".join(f"{a:.0%}" for a in stats.per_position_acceptance)

@@ -78,7 +78,7 @@ class GenerationStats:
     # token comes from the prompt's pass (prefill time), and a closing end-of-turn token is one decode's work.
     tokens_per_second: float
     prompt_tokens_per_second: float
-    prefill_ms: float
+    prefill_ms: float  # the prompt's processing, the draft model's share included
     decode_ms: float
     draft_ms: float
     verify_ms: float
@@ -96,6 +96,7 @@ class GenerationStats:
     final_k: int
     speculation_active: bool  # False when the governor had drafting off at the end of the reply
     python_ms: float = 0.0  # decode time spent outside llama_decode (both models): the engine's overhead
+    draft_prefill_ms: float = 0.0  # the draft model's share of prefill_ms (its pass over the prompt)
 
 
 @dataclass(frozen=True, slots=True)

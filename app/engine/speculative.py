@@ -92,6 +92,7 @@ class _Tally:
     decoded: int = 0  # tokens the decode steps produced (not the prefill's first), the end of turn included
     draft_ms: float = 0.0
     verify_ms: float = 0.0
+    draft_prefill_ms: float = 0.0  # the draft model's share of the prompt's processing
     acceptance: AcceptanceTally = field(default_factory=AcceptanceTally)
 
 
@@ -191,8 +192,11 @@ class SpecEngine:
         for progress in self._prefill(prompt, cancel):
             n_prefilled = progress.done
             yield progress
+        draft_prefill_ms = 0.0  # the draft model's batches (a drafter without a model yields none)
         if k_max > 0 and not (cancel is not None and cancel.is_set()):
+            t_draft = self.clock()
             for done, total in self.drafter.prepare(list(prompt)):
+                draft_prefill_ms = (self.clock() - t_draft) * 1000.0
                 yield PrefillEvent(done, total, model="draft")
                 if cancel is not None and cancel.is_set():
                     break
@@ -207,7 +211,7 @@ class SpecEngine:
         emitted: list[int] = []
         margins: list[float] = []
         text_parts: list[str] = []
-        tally = _Tally()
+        tally = _Tally(draft_prefill_ms=draft_prefill_ms)
         tally.acceptance.presize(max(k_max, kc_max))
         finish = "length"
         t_decode = self.clock()
@@ -412,6 +416,7 @@ class SpecEngine:
             tokens_per_second=tally.decoded / (decode_ms / 1000.0) if decode_ms > 0 else 0.0,
             prompt_tokens_per_second=n_prefilled / (prefill_ms / 1000.0) if prefill_ms > 0 and n_prefilled else 0.0,
             prefill_ms=prefill_ms,
+            draft_prefill_ms=tally.draft_prefill_ms,
             decode_ms=decode_ms,
             draft_ms=tally.draft_ms,
             verify_ms=tally.verify_ms,
