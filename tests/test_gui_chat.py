@@ -58,6 +58,8 @@ def test_reply_shows_every_fate_and_matching_stats(window: Any, qtbot: Any) -> N
     stats = finish.stats
     assert [t.token_id for t in tokens] == list(finish.tokens)
     assert stats.drafted > 0 and stats.accepted > 0, "the draft never drafted: nothing to show"
+    footer = f"{stats.n_tokens} tokens · {stats.tokens_per_second:.1f} tok/s"
+    assert f"{footer} · first token after {stats.prefill_ms / 1000:.1f} s" in window.transcript.toPlainText()
 
     # The overlay: the fates in the document are exactly the fates the run produced.
     msg = len(window.controller.conv.messages) - 1
@@ -153,7 +155,7 @@ def test_stop_while_the_draft_model_processes_the_prompt(window: Any, qtbot: Any
     finish = window.controller.last_finish["chat"]
     assert stops and stops[0] < finish.stats.n_prompt_tokens  # stopped part-way through the draft's prefill
     assert finish.stats.finish_reason == "cancelled" and finish.tokens == ()
-    assert "stopped by you" in window.transcript.toPlainText()
+    assert window.transcript.toPlainText().rstrip().endswith("\n0 tokens · stopped by you   Copy · Regenerate · Delete")
     panel = window.stats
     assert panel.text("tokens_per_second") == "—" and panel.text("time_split") == "—"
     assert not window.controller.busy() and window.send_button.isEnabled()

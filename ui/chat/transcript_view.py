@@ -49,7 +49,10 @@ def footer_text(message: Message) -> str:
     s = message.stats or {}
     parts = []
     if s:
-        parts.append(f"{s.get('n_tokens', 0)} tokens · {s.get('tokens_per_second', 0.0):.1f} tok/s")
+        n = s.get("n_tokens", 0)
+        parts.append(f"{n} tokens · {s.get('tokens_per_second', 0.0):.1f} tok/s" if n else "0 tokens")
+        if s.get("prefill_ms") and n:  # what LM Studio calls time to first token: the prompt's processing
+            parts.append(f"first token after {s['prefill_ms'] / 1000:.1f} s")
         if s.get("drafted"):
             parts.append(f"{s.get('acceptance_rate', 0.0):.0%} of drafts accepted")
         reason = s.get("finish_reason")
