@@ -267,11 +267,8 @@ class ModelDrafter:
         # A generator of its own, so that prepare() resets the reply's state even if it is never iterated.
         # The last token is decoded again even when cached: its logits are what the first draft starts from.
         tail = context[self.ctx.keep_common_prefix(context[:-1]):]
-        batch = max(1, self.ctx.n_batch)
-        for start in range(0, len(tail), batch):
-            end = min(start + batch, len(tail))
-            self.ctx.decode(tail[start:end], logits_for="last" if end == len(tail) else "none")
-            yield end, len(tail)
+        for done in self.ctx.decode_batches(tail):
+            yield done, len(tail)
         self._agreed = len(context)  # stopped before the end: the next sync compares the whole cache again
 
     def sync(self, context: list[int]) -> int:

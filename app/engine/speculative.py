@@ -138,15 +138,14 @@ class SpecEngine:
             # Decoding the last token alone would round differently from the batch that first gave its logits.
             common = self.target.keep_common_prefix(tokens[:-1])
         total = len(tokens) - common
-        step = max(1, self.target.n_batch)
-        for start in range(common, len(tokens), step):
+        if cancel is not None and cancel.is_set():
+            return
+        for done in self.target.decode_batches(tokens[common:]):
+            if done == total:
+                self.target.keep_last_logits()
+            yield PrefillEvent(done, total)
             if cancel is not None and cancel.is_set():
                 return
-            end = min(start + step, len(tokens))
-            self.target.decode(tokens[start:end], logits_for="last" if end == len(tokens) else "none")
-            if end == len(tokens):
-                self.target.keep_last_logits()
-            yield PrefillEvent(end - common, total)
 
     def generate(
         self,

@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -374,15 +374,26 @@ class LlamaContext:
         Logits are requested only for the rows that are needed: the 152k-wide output layer is a
         large share of a small model's cost.
         """
+        for _ in self.decode_batches(tokens, logits_for):
+            pass
+
+    def decode_batches(self, tokens: Sequence[int], logits_for: str = "last") -> Iterator[int]:
+        """`decode`, a batch of n_batch tokens at a time: yields how many of `tokens` are cached after each.
+
+        A caller that stops iterating part-way (a prompt's Stop) leaves the cache holding the batches done.
+        The checks run before the first batch, when the generator is made.
+        """
         n = len(tokens)
-        if n == 0:
-            return
         if logits_for == "all" and n > self.max_rows:
             # llama.cpp aborts the process on an oversized batch; refuse before it gets there.
             raise LlamaError(f"{n} rows with logits exceed this context's limit of {self.max_rows} "
                              "(n_batch, n_outputs_max)")
         if self.n_past + n > self.n_ctx:
             raise ContextFullError(self.n_past + n, self.n_ctx)
+        return self._batches(tokens, logits_for)
+
+    def _batches(self, tokens: Sequence[int], logits_for: str) -> Iterator[int]:
+        n = len(tokens)
         start = 0
         while start < n:
             chunk = tokens[start : start + self.n_batch]
@@ -407,6 +418,7 @@ class LlamaContext:
                 raise LlamaError(f"llama_decode failed with code {rc} on {self.model.path.name} (KV cache full?)")
             self.tokens.extend(chunk)
             start += len(chunk)
+            yield start
 
     def logits(self, row: int = -1) -> np.ndarray:
         """A zero-copy view of the logits of batch row `row` of the last decode call (valid until the next)."""
