@@ -20,7 +20,8 @@ def small_batches(smol_session):
 
 
 def _prompt(smol_session) -> list[int]:
-    tokens = smol_session.target_model.tokenize("The quick brown fox jumps over the lazy dog, and then it sleeps in the warm afternoon sun beside the old barn.")
+    text = "The quick brown fox jumps over the lazy dog, and then it sleeps in the warm afternoon sun beside the barn."
+    tokens = smol_session.target_model.tokenize(text)
     assert len(tokens) > 16, "the test needs three batches of 8"
     return tokens[:20]
 

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from app.cli.bench import NEAR_TIE_MARGIN, first_divergence, load_prompts, run_once
+from app.cli.bench import load_prompts, run_once
 from app.engine.events import FinishEvent, StepEvent, TokenEvent, TokenFate
+from app.engine.parting import NEAR_TIE_MARGIN, first_divergence
 from app.engine.sampling import SampleNoise, SamplingParams, distribution
 from app.engine.session import GenParams
 from app.engine.speculative import SpecParams

@@ -411,7 +411,8 @@ def test_lookup_and_hybrid_reproduce_plain_decoding_on_an_edit_prompt(demo_sessi
 
 @pytest.mark.parametrize(("mode", "sure"), [("lookup", False), ("hybrid", False), ("lookup", True)])
 def test_adaptive_lookup_drafts_long_copies_and_reproduces_plain_decoding(demo_session, mode, sure) -> None:  # type: ignore[no-untyped-def]
-    from app.cli.bench import first_divergence, run_once
+    from app.cli.bench import run_once
+    from app.engine.parting import first_divergence
 
     prompt = demo_session.chat_prompt([{"role": "user", "content": EDIT_PROMPT}])
     plain = run_once(demo_session, prompt, GenParams("none", N_PREDICT, track_margins=True))

@@ -160,7 +160,8 @@ def test_rpc_server_warns_before_listening_beyond_loopback():
 CHILD = """
 import json, sys
 from pathlib import Path
-from app.cli.bench import first_divergence, run_once
+from app.cli.bench import run_once
+from app.engine.parting import first_divergence
 from app.engine.pair_config import PairConfig
 from app.engine.session import GenParams, SpecSession
 from app.engine.memory_plan import predict_for_config
@@ -202,7 +203,7 @@ def _child(target_path: Path, endpoints: str, n: int = 24) -> dict:
 
 
 def test_target_on_an_rpc_server_decodes_as_locally(server, target_path):
-    from app.cli.bench import NEAR_TIE_MARGIN
+    from app.engine.parting import NEAR_TIE_MARGIN
 
     out = _child(target_path, server.endpoint)
     target_layers = {d["name"]: d for d in out["layers"] if d["model"] == "target"}

@@ -22,7 +22,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -70,6 +70,7 @@ class Message:
     error: str | None = None
     compare: dict[str, Any] | None = None  # the plain run and the verdict of a side-by-side run
     sampling: dict[str, Any] | None = None  # a reply's sampling: {"preset": ..., temperature, top_k, ...}
+    rolling: list[list[float]] | None = None  # its rolling acceptance as shown live: [reply index, rate] per step
 
     def to_json(self) -> dict[str, Any]:
         # Not dataclasses.asdict: its deep copy of thousands of token records costs tens of ms.
@@ -508,7 +509,8 @@ class ReplyRecorder:
         self.store.save(self.conv)
         self._last_save = time.monotonic()
 
-    def finish(self, finish: FinishEvent, extra: dict[str, Any] | None = None) -> None:
+    def finish(self, finish: FinishEvent, extra: dict[str, Any] | None = None,
+               rolling: Sequence[tuple[int, float]] = ()) -> None:
         msg = self.message
         shown = "".join(t[0] for t in msg.tokens or [])
         if finish.text != shown and finish.text.startswith(shown) and msg.tokens:
@@ -518,6 +520,7 @@ class ReplyRecorder:
         msg.status = "done"
         if extra:
             msg.compare = extra
+        msg.rolling = [[int(i), round(float(rate), 4)] for i, rate in rolling] or None
         self.snapshot()
 
     def fail(self, error: str) -> None:
@@ -528,6 +531,14 @@ class ReplyRecorder:
 
 def stats_to_json(finish: FinishEvent) -> dict[str, Any]:
     return asdict(finish.stats)
+
+
+def rolling_from_json(data: Any) -> list[tuple[int, float]]:
+    """A stored reply's rolling acceptance series ([] when absent or not a list of [index, rate] pairs)."""
+    if not isinstance(data, list):
+        return []
+    ok = all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p) for p in data)
+    return [(int(i), float(rate)) for i, rate in data] if ok else []
 
 
 def stats_from_json(data: dict[str, Any] | None) -> GenerationStats | None:

@@ -32,15 +32,14 @@ from app.cli.bench_child import Recorded, Request, run_in_child, run_once, run_r
 from app.cli.native_bench import NATIVE_MODES, PREFIX, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
 from app.cli.ratio_stats import ratio_interval
-from app.cli.rounding_check import Batch
 from app.engine.drafters import NEEDS_DRAFT
-from app.engine.events import Divergence, FinishEvent
+from app.engine.events import FinishEvent
 from app.engine.pair_config import PairConfig
+from app.engine.parting import Batch, first_divergence
 from app.engine.session import GenParams, SpecSession
 from app.engine.speculative import SpecParams
 from app.models.recommended_sampling import recommended_for
 
-NEAR_TIE_MARGIN = 0.1  # logit gap under which batched vs one-token kernels may legitimately flip
 DEFAULT_N_PREDICT = 128
 WARMUP_MESSAGES = ({"role": "user", "content": "Say hello in five words."},)
 WARMUP_N_PREDICT = 16
@@ -171,20 +170,6 @@ def load_prompts(path: Path | None) -> list[BenchPrompt]:
     if not prompts:
         raise ValueError(f"{source} holds no prompts")
     return prompts
-
-
-def first_divergence(plain: FinishEvent, other: FinishEvent) -> Divergence | None:
-    a, b = plain.tokens, other.tokens
-    for i in range(min(len(a), len(b))):
-        if a[i] != b[i]:
-            margin = plain.margins[i] if i < len(plain.margins) else float("nan")
-            return Divergence(i, a[i], b[i], margin, margin < NEAR_TIE_MARGIN)
-    if len(a) != len(b):
-        i = min(len(a), len(b))
-        margin = plain.margins[i] if i < len(plain.margins) else float("nan")
-        return Divergence(i, a[i] if i < len(a) else -1, b[i] if i < len(b) else -1, margin,
-                          margin < NEAR_TIE_MARGIN)
-    return None
 
 
 def round_order(modes: Sequence[str], r: int) -> list[str]:

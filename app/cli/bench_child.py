@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from app.cli.rounding_check import Batch, layout
 from app.engine.drafters import NEEDS_DRAFT
 from app.engine.events import FinishEvent, StepEvent
 from app.engine.pair_config import PairConfig
+from app.engine.parting import Batch, layout
 from app.engine.session import GenParams, SpecSession
 
 STDERR_TAIL = 2000  # characters of a failed child's stderr quoted in the error

@@ -10,7 +10,7 @@ comparable with the clairvoyant copy bound on the same costs (`specchat bench --
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -79,6 +79,13 @@ class StandInTarget:
         self._rows = list(positions) if logits_for == "all" else [positions[-1]] if logits_for == "last" else []
         if logits_for == "all":
             self.clock.seconds += row_cost(self.costs, len(tokens)) / 1000.0
+
+    def decode_batches(self, tokens: Sequence[int], logits_for: str = "last") -> Iterator[int]:
+        """`decode` in n_batch chunks, yielding tokens done after each, as LlamaContext's (the prefills)."""
+        for start in range(0, len(tokens), self.n_batch):
+            end = min(start + self.n_batch, len(tokens))
+            self.decode(tokens[start:end], logits_for if end == len(tokens) else "none")
+            yield end
 
     def logits(self, row: int = -1) -> np.ndarray:
         out = np.zeros(self._vocab, dtype=np.float32)

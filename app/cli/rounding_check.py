@@ -17,29 +17,18 @@ the target's own and no engine fault (a wrong row, a stale cache) is needed to e
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from app.engine.events import StepEvent
+from app.engine.parting import Batch
+from app.engine.parting import replay_row as _replay_cached
 from app.engine.session import SpecSession
 
+__all__ = ["BATCH_ROWS", "Batch", "RoundingCheck", "measure", "replay_row"]
+
 BATCH_ROWS = 32  # the longest verify the CPU default runs (a sure copy of 31 tokens)
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """One step of a speculative run, as much as replaying its verify batch needs (from its StepEvent)."""
-
-    position: int  # reply index of the step's first token
-    drafted: tuple[int, ...]
-    accepted: int
-    from_prompt: bool  # the row came from the prompt's pass: no batch of its own
-
-
-def layout(steps: Iterable[StepEvent]) -> tuple[Batch, ...]:
-    return tuple(Batch(s.position, s.drafted, s.accepted, s.from_prompt) for s in steps)
 
 
 @dataclass(frozen=True)
@@ -57,29 +46,14 @@ def _gap(logits: np.ndarray, plain_token: int, spec_token: int) -> float:
 
 def replay_row(session: SpecSession, prompt: Sequence[int], reply: Sequence[int], steps: Sequence[Batch],
                position: int) -> np.ndarray:
-    """The target's logits for reply[position], computed in the batches the speculative run decoded: the engine's
-    prefill, then each verify `[last token, *drafted]` rolled back to its accepted rows, up to the step that
-    emitted `position`. `reply` must agree with the run's accepted drafts before `position`."""
+    """The target's logits for reply[position], computed in the batches the speculative run decoded, from a
+    fresh cache: the engine's prefill (n_batch chunks, the last row's logits kept), then the run's verifies
+    (app.engine.parting.replay_row). `reply` must agree with the run's accepted drafts before `position`."""
     ctx = session.target_ctx
-    tokens = list(prompt) + list(reply)
     session.clear_caches()
-    ctx.decode(list(prompt), logits_for="last")  # n_batch chunks, the last row's logits: the engine's prefill
-    for b in steps:
-        if b.position > position:
-            break
-        if b.from_prompt:
-            if b.position == position:
-                return ctx.logits(-1).copy()
-            continue
-        agree = min(b.accepted, position - b.position)  # the parting step's own drafts differ from `position` on
-        if tuple(tokens[len(prompt) + b.position:len(prompt) + b.position + agree]) != b.drafted[:agree]:
-            raise ValueError(f"step at reply position {b.position}: its accepted drafts are not the reply's tokens")
-        n_before = ctx.n_past
-        ctx.decode([tokens[len(prompt) + b.position - 1], *b.drafted], logits_for="all")
-        if position <= b.position + b.accepted:
-            return ctx.logits(position - b.position).copy()
-        ctx.truncate(n_before + 1 + b.accepted)
-    raise ValueError(f"the run's steps do not reach reply position {position}")
+    ctx.decode(list(prompt), logits_for="last")
+    ctx.keep_last_logits()
+    return _replay_cached(ctx, len(prompt), [*prompt, *reply], steps, position)
 
 
 def measure(session: SpecSession, prompt: Sequence[int], reply: Sequence[int], position: int, plain_token: int,

@@ -21,8 +21,9 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
-from app.engine.events import FinishEvent
+from app.engine.events import Divergence, FinishEvent, StepEvent
 from app.engine.pair_config import PairConfig
+from app.engine.parting import PartingReplay, first_divergence, layout, replay_parting
 from app.engine.session import GenParams
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,15 @@ class Job:
     # A history longer than the context: "ask" ends the job with an "overflow" item (nothing runs),
     # "drop" leaves out the oldest turns (app.chat.context_fit) and says how many.
     overflow: str = "ask"
+
+
+@dataclass(frozen=True)
+class PartingCheck:
+    """A greedy comparison's parting, checked by replaying the speculative run's own verify batches."""
+
+    divergence: Divergence
+    replay: PartingReplay | None  # None: not replayed (`note` says why)
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -140,17 +150,23 @@ class _Runner(QObject):
         if prompt is None:
             self._put("done", "", True)
             return
+        finishes: dict[str, FinishEvent] = {}
+        steps: list[StepEvent] = []  # the last run's, for replaying a comparison's parting
         for name, params in job.runs:
             if cancel.is_set():
                 break
             self._put("start", name, params)
+            steps = []
             try:
                 cancelled = False
                 for event in self._session.generate(prompt, params, cancel):
                     if isinstance(event, FinishEvent):
                         self._put("finish", name, event)
+                        finishes[name] = event
                         cancelled = event.stats.finish_reason == "cancelled"
                     else:
+                        if isinstance(event, StepEvent):
+                            steps.append(event)
                         self._put("event", name, event)
                 if cancelled:
                     break
@@ -159,7 +175,34 @@ class _Runner(QObject):
                 self._put("error", name, _describe(exc))
                 ok = False
                 break
+        if ok and not cancel.is_set() and _greedy_comparison(job):
+            self._check_parting(prompt, finishes, steps, cancel)
         self._put("done", "", ok)
+
+    def _check_parting(self, prompt: list[int], finishes: dict[str, FinishEvent], steps: list[StepEvent],
+                       cancel: threading.Event) -> None:
+        """A greedy comparison that parted: is the speculative token the target's own choice in the batches that
+        computed it? Replayed on the cache both runs shared (Stop skips it; the margin alone is then shown)."""
+        plain, spec = finishes.get("plain"), finishes.get("spec")
+        if plain is None or spec is None or "cancelled" in (plain.stats.finish_reason, spec.stats.finish_reason):
+            return
+        div = first_divergence(plain, spec)
+        if div is None:
+            return
+        self._put("parting", "", None)  # the check has started: it replays the run up to the parting
+        assert self._session is not None
+        try:
+            replay = replay_parting(self._session.target_ctx, prompt, spec.tokens, layout(steps), div, cancel)
+        except Exception as exc:  # noqa: BLE001 - the layout does not fit the reply: say so, keep the chat
+            log.info("replaying the parting failed", exc_info=True)
+            self._put("parting", "", PartingCheck(div, None, f"the replay failed: {exc}"))
+            return
+        note = ""
+        if replay is None:
+            note = ("stopped before the replay finished" if cancel.is_set()
+                    else "one reply ended there" if min(div.spec_token, div.plain_token) < 0
+                    else "the cache no longer holds the prompt")
+        self._put("parting", "", PartingCheck(div, replay, note))
 
     def _fit(self, job: Job) -> list[int] | None:
         """The templated history's tokens, fitted to the context as the job says; None when it asked
@@ -217,6 +260,8 @@ class GenerationWorker(QObject):
     contextOverflow = Signal(int, int)  # the history needs this many tokens, more than n_ctx allows: nothing ran
     contextTrimmed = Signal(int, int, int)  # turns left out, tokens sent, n_ctx
     rpcLost = Signal(str)  # an RPC server stopped answering: the reply so far stays, the session is gone
+    # A greedy comparison parted: None when its replay starts, then the PartingCheck (before jobDone).
+    partingChecked = Signal(object)
 
     _loadRequested = Signal(object, object)
     _runRequested = Signal(object, object)
@@ -357,6 +402,8 @@ class GenerationWorker(QObject):
             self.contextOverflow.emit(*payload)
         elif kind == "trimmed":
             self.contextTrimmed.emit(*payload)
+        elif kind == "parting":
+            self.partingChecked.emit(payload)
         elif kind == "done":
             self._busy = False
             self.jobDone.emit(bool(payload))
@@ -367,6 +414,11 @@ class GenerationWorker(QObject):
             if busy:
                 self.jobDone.emit(False)  # the reply so far is kept and saved as ended by this error
             self.rpcLost.emit(payload)
+
+
+def _greedy_comparison(job: Job) -> bool:
+    names = [name for name, _params in job.runs]
+    return names == ["plain", "spec"] and job.runs[-1][1].sampling.greedy
 
 
 _rpc_watched = False

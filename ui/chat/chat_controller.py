@@ -17,6 +17,7 @@ from app.chat.conversations import (
     Conversation,
     Message,
     ReplyRecorder,
+    rolling_from_json,
     sampling_record,
     stats_from_json,
     title_from,
@@ -24,8 +25,8 @@ from app.chat.conversations import (
 from app.engine.events import Event, FinishEvent, GovernorEvent, PrefillEvent, TokenEvent
 from app.engine.session import GenParams
 from ui.base.message_bar import MessageBar
-from ui.base.worker import GenerationWorker
-from ui.chat.compare_view import CompareView
+from ui.base.worker import GenerationWorker, PartingCheck
+from ui.chat.compare_view import CompareView, parting_record
 from ui.chat.transcript_view import TranscriptView
 from ui.stats.stats_panel import StatsPanel
 
@@ -76,6 +77,8 @@ class ChatController(QObject):
         worker.contextUsed.connect(self._on_worker_contextUsed)
         worker.contextOverflow.connect(self._on_worker_contextOverflow)
         worker.contextTrimmed.connect(self._on_worker_contextTrimmed)
+        worker.partingChecked.connect(self._on_worker_partingChecked)
+        self._compared: tuple[Conversation, Message] | None = None  # the last comparison's reply, for its check
         self.n_ctx = 0  # of the loaded pair, as the worker last reported it
         self._prefilling = False
 
@@ -88,7 +91,8 @@ class ChatController(QObject):
         self.conv = self.store.ensure_loaded(conv)  # the list holds stubs until a chat is opened
         self._show(conv)
         last = next((m for m in reversed(conv.messages) if m.role == "assistant"), None)
-        self.stats.show_saved(stats_from_json(last.stats) if last else None)
+        self.stats.show_saved(stats_from_json(last.stats) if last else None,
+                              rolling_from_json(last.rolling) if last else ())
         used = (last.stats or {}) if last else {}
         self.contextChanged.emit(int(used.get("n_prompt_tokens", 0)) + int(used.get("n_tokens", 0)), self.n_ctx)
         if last is not None and last.compare:
@@ -272,6 +276,7 @@ class ChatController(QObject):
         if continuing:
             self.transcript.append_records(reply.tokens or [], reply.ghosts or [])
         self._comparing = any(name == "plain" for name, _ in runs)
+        self._compared = None
         if self._comparing:
             self.compare.begin(runs[-1][1].mode, runs[-1][1].sampling.greedy)
         self.last_finish.clear()
@@ -322,9 +327,26 @@ class ChatController(QObject):
         if name in CHAT_RUNS and self.n_ctx:
             self.contextChanged.emit(finish.stats.n_prompt_tokens + finish.stats.n_tokens, self.n_ctx)
         if name in CHAT_RUNS and self.recorder is not None:
-            self.recorder.finish(finish, self.compare.result() if self._comparing else None)
+            self.recorder.finish(finish, self.compare.result() if self._comparing else None, self.stats.stats.rolling)
+            if self._comparing:
+                self._compared = (self.recorder.conv, self.recorder.message)
             self.recorder = None
             self.transcript.finish_reply()
+
+    @Slot(object)
+    def _on_worker_partingChecked(self, check: PartingCheck | None) -> None:
+        """A comparison parted: the replay of its speculative batches started (None), or says what it found,
+        which is stored with the reply beside the margin."""
+        if check is None:
+            self.compare.parting_checking()
+            return
+        self.compare.parting_checked(check)
+        if self._compared is not None:
+            conv, reply = self._compared
+            self._compared = None
+            if reply.compare and reply.compare.get("divergence"):
+                reply.compare["divergence"]["replay"] = parting_record(check)
+                self.store.save(conv)
 
     @Slot(int, int)
     def _on_worker_contextUsed(self, used: int, n_ctx: int) -> None:

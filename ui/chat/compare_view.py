@@ -16,8 +16,9 @@ from PySide6.QtCore import Qt, QTimer, Slot
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.chat.conversations import Message, records_from_events
-from app.cli.bench import first_divergence
 from app.engine.events import Event, FinishEvent, StepEvent
+from app.engine.parting import first_divergence
+from ui.base.worker import PartingCheck
 from ui.chat.transcript_view import TranscriptView
 
 RUNS = ("plain", "spec")
@@ -101,6 +102,8 @@ class CompareView(QWidget):
         self._runs: dict[str, _Run] = {}
         self._mode = "draft"
         self._greedy = True
+        self._checking = False  # a parting's replay is running on the worker
+        self._replay_record: dict[str, Any] | None = None  # what it found (parting_record)
         self._replay_t0 = 0.0
         self._replay_shown: dict[str, int] = {}
         self._timer = QTimer(self)
@@ -114,6 +117,7 @@ class CompareView(QWidget):
     def begin(self, mode: str, greedy: bool) -> None:
         self._timer.stop()
         self._mode, self._greedy = mode, greedy
+        self._checking, self._replay_record = False, None
         self._runs = {name: _Run() for name in RUNS}
         for name in RUNS:
             self.views[name].set_messages([])
@@ -159,6 +163,11 @@ class CompareView(QWidget):
         if plain is None or spec is None:
             return None
         div = first_divergence(plain, spec) if self._greedy else None
+        divergence: dict[str, Any] | None = None
+        if div is not None:
+            divergence = {"position": div.position, "margin": div.margin, "near_tie": div.near_tie}
+            if self._replay_record is not None:
+                divergence["replay"] = self._replay_record
         return {
             "plain": {
                 "tokens": self._runs["plain"].message.tokens,
@@ -169,10 +178,18 @@ class CompareView(QWidget):
             "speedup": self._speedup(),
             "greedy": self._greedy,
             "identical": self._greedy and div is None,
-            "divergence": None
-            if div is None
-            else {"position": div.position, "margin": div.margin, "near_tie": div.near_tie},
+            "divergence": divergence,
         }
+
+    def parting_checking(self) -> None:
+        """The worker replays the speculative run's batches up to the parting (shown until it reports)."""
+        self._checking = True
+        self._verdict()
+
+    def parting_checked(self, check: PartingCheck) -> None:
+        self._checking = False
+        self._replay_record = parting_record(check)
+        self._verdict()
 
     def _speedup(self) -> float:
         plain, spec = self._runs["plain"].finish, self._runs["spec"].finish
@@ -223,13 +240,34 @@ class CompareView(QWidget):
             return
         position, margin = div["position"], div["margin"]
         diff = self._diff_html(position)
+        replay = div.get("replay") if isinstance(div.get("replay"), dict) else None
+        if replay is not None and isinstance(replay.get("reproduced"), bool) and isinstance(replay.get("gap"), float):
+            gap = replay["gap"]
+            if replay["reproduced"]:
+                self._set_badge(f"≈ Parted at token {position}: the target's own choice. Replayed in the speculative "
+                                f"run's own verify batches, the target ranks this run's token first there (by "
+                                f"{-gap:.3f}); one token at a time it ranked plain's first (by {margin:.3f}). Its "
+                                "kernels round a row a little differently by batch shape, so both replies are the "
+                                f"target's own. {diff}", "tie")
+            else:
+                self._set_badge(f"✗ Parted at token {position}, not by rounding: replayed in the speculative run's "
+                                f"own verify batches, the target still ranks plain's token first (by {gap:.3f}), so "
+                                "the run emitted a token its own batches do not compute: an engine fault. Please "
+                                f"report it with this chat (Export chat as JSON). {diff}", "diff")
+            return
+        if self._checking:
+            self._set_badge(f"… Parted at token {position} (plain decoding's margin there: {margin:.3f}). Replaying "
+                            "the speculative run's own verify batches up to it, to see whether the target itself "
+                            f"picks that token there (Stop skips this). {diff}", "info")
+            return
+        unchecked = f" Not replayed: {html.escape(replay['note'])}." if replay and replay.get("note") else ""
         if div["near_tie"]:
             self._set_badge(f"≈ Parted at token {position} on a floating-point near-tie: plain decoding's top "
                             f"two logits there differ by only {margin:.4f} (&lt; 0.1), so the batched verify "
-                            f"pass may round the other way. {diff}", "tie")
+                            f"pass may round the other way.{unchecked} {diff}", "tie")
         else:
             self._set_badge(f"✗ Parted at token {position} with a clear margin ({margin:.3f}): a real "
-                            f"difference. {diff}", "diff")
+                            f"difference.{unchecked} {diff}", "diff")
 
     def _diff_html(self, position: int) -> str:
         def text(name: str, a: int, b: int) -> str:
@@ -292,6 +330,13 @@ class CompareView(QWidget):
                 running = True
         if not running:
             self._timer.stop()
+
+
+def parting_record(check: PartingCheck) -> dict[str, Any]:
+    """What a parting's replay found, as stored in the reply's `compare.divergence.replay`."""
+    replay = check.replay
+    return {"gap": replay.gap if replay else None, "reproduced": replay.reproduced if replay else None,
+            "note": check.note}
 
 
 def _valid_pace(value: Any) -> list[list[float]] | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
@@ -94,11 +94,12 @@ class StatsPanel(QWidget):
         self.stats.finish(stats)
         self.refresh()
 
-    def show_saved(self, stats: GenerationStats | None) -> None:
-        """The figures of a stored reply (conversation switched), or blank."""
+    def show_saved(self, stats: GenerationStats | None, rolling: Sequence[tuple[int, float]] = ()) -> None:
+        """The figures of a stored reply (conversation switched), with its rolling acceptance, or blank."""
         self.stats = LiveStats()
         if stats is not None:
             self.stats.finish(stats)
+            self.stats.rolling = list(rolling)
         self.refresh()
 
     def text(self, key: str) -> str:
