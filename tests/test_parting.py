@@ -98,3 +98,21 @@ def test_first_divergence_reports_the_plain_runs_margin() -> None:
     assert first_divergence(plain, FinishEvent("abc", (1,), (5, 6, 7), stats)) is None
     assert first_divergence(plain, FinishEvent("abd", (1,), (5, 9, 7), stats)) == Divergence(1, 6, 9, 0.05, True)
     assert first_divergence(plain, FinishEvent("ab", (1,), (5, 6), stats)) == Divergence(2, 7, -1, 1.0, False)
+
+
+def test_padded_verifies_are_replayed_with_their_padding(smol_session):
+    from app.engine.speculative import SpecParams
+
+    smol_session.clear_caches()
+    prompt = smol_session.chat_prompt(_TURN1)
+    spec, steps = _run(smol_session, prompt, GenParams("lookup", 48, spec=SpecParams(steady_shapes=True, adaptive=False,
+                                                                             draft_max=8)))
+    batches = layout(steps)
+    assert any(b.padded for b in batches), "steady shapes must pad some short draft here"
+    assert [b.padded for b in batches] == [s.padded for s in steps]
+    ctx, n = smol_session.target_ctx, len(prompt)
+    for position in range(len(spec.tokens)):
+        ctx.truncate(n)
+        row = replay_row(ctx, n, [*prompt, *spec.tokens], batches, position)
+        assert int(np.argmax(row)) == spec.tokens[position], f"replay at {position} is not the run's own choice"
+    smol_session.clear_caches()

@@ -44,6 +44,8 @@ class StepEvent:
     from_prompt: bool = False
     # The draft was a long running copy of earlier text (the copy governor's, or a sure copy on the CPU).
     copy: bool = False
+    # Rows appended to the verify batch after the draft (copies of its last token; SpecParams.steady_shapes).
+    padded: int = 0
 
 
 @dataclass(frozen=True, slots=True)

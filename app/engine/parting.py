@@ -47,10 +47,11 @@ class Batch:
     drafted: tuple[int, ...]
     accepted: int
     from_prompt: bool  # the row came from the prompt's pass: no batch of its own
+    padded: int = 0  # rows of padding after the draft (steady shapes): they set the batch's shape too
 
 
 def layout(steps: Iterable[StepEvent]) -> tuple[Batch, ...]:
-    return tuple(Batch(s.position, s.drafted, s.accepted, s.from_prompt) for s in steps)
+    return tuple(Batch(s.position, s.drafted, s.accepted, s.from_prompt, s.padded) for s in steps)
 
 
 class ReplayCancelled(Exception):
@@ -64,7 +65,8 @@ def replay_row(ctx: LlamaContext, prompt_len: int, tokens: Sequence[int], steps:
     `ctx` must hold `tokens[:prompt_len]` (the prompt) and nothing after it, with the prompt pass's last row
     kept (`keep_last_logits`), as the engine leaves it before a reply. Then each verify `[last token, *drafted]`
     is decoded and rolled back to its accepted rows, up to the step that emitted `position`. `tokens` is prompt
-    and reply; the reply must agree with the run's accepted drafts before `position`."""
+    and reply; the reply must agree with the run's accepted drafts before `position`. A verify padded to
+    steady shapes is replayed with its padding: the rows a batch holds decide how its kernels round."""
     for b in steps:
         if b.position > position:
             break
@@ -82,7 +84,7 @@ def replay_row(ctx: LlamaContext, prompt_len: int, tokens: Sequence[int], steps:
         if tuple(tokens[at:at + agree]) != b.drafted[:agree]:
             raise ValueError(f"step at reply position {b.position}: its accepted drafts are not the reply's tokens")
         n_before = ctx.n_past
-        ctx.decode([tokens[at - 1], *b.drafted], logits_for="all")
+        ctx.decode([tokens[at - 1], *b.drafted, *b.drafted[-1:] * b.padded], logits_for="all")
         if position <= b.position + b.accepted:
             return ctx.logits(position - b.position).copy()
         ctx.truncate(n_before + 1 + b.accepted)

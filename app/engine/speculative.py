@@ -222,7 +222,7 @@ class SpecEngine:
                 from_prompt = first is not None and tally.steps == 0
                 if from_prompt:
                     # The prompt's own pass gave this row (see _prefill): nothing to draft, decode or time.
-                    draft, k, copying, verify_ms = NO_DRAFT, 0, False, 0.0
+                    draft, k, copying, verify_ms, pad = NO_DRAFT, 0, False, 0.0, 0
                     n_before, rows = self.target.n_past - 1, first
                 else:
                     # Rows n_past..n_past+K must fit, and the reply (prompt + tokens) must too: the next
@@ -297,7 +297,7 @@ class SpecEngine:
                 yield StepEvent(
                     step=step, position=len(emitted), k=k, drafted=draft.tokens, accepted=accepted,
                     rejected=rejected, rejected_text=self.model.detokenize(rejected), emitted=len(keep),
-                    draft_ms=draft.ms, verify_ms=verify_ms, from_prompt=from_prompt, copy=copying,
+                    draft_ms=draft.ms, verify_ms=verify_ms, from_prompt=from_prompt, copy=copying, padded=pad,
                 )
                 for token, fate, p, q in keep:
                     text = utf8.decode(self.model.piece(token))
