@@ -99,7 +99,9 @@ def test_reply_shows_every_fate_and_matching_stats(window: Any, qtbot: Any) -> N
     assert panel.text("k") == format_value("k", panel.stats) and panel.stats.k == stats.final_k
     plots = panel.plots()
     assert plots["by_position"] == stats.per_position_acceptance
-    assert plots["histogram"] == stats.accepted_length_histogram
+    hist = stats.accepted_length_histogram
+    assert plots["histogram"] == hist[:len(stats.per_position_acceptance) + 1] and not any(
+        hist[len(plots["histogram"]):]), "bins from 0 to the longest draft, none with a step left out"
     # The live tallies (from the events alone) agreed with the engine before the final numbers came.
     assert panel.stats.drafting_steps == sum(stats.accepted_length_histogram)
     assert len(plots["rolling"]) == panel.stats.drafting_steps

@@ -32,3 +32,13 @@ def test_bar_plot_paints_a_long_row_of_positions(qtbot: Any) -> None:
     assert image.width() == 220 and plot.values() == (0.9,) * 31
     assert "31: 90%" in plot.toolTip()  # every position is still in the tooltip
 
+
+
+def test_the_histogram_shows_bins_up_to_the_longest_draft() -> None:
+    from ui.stats.stats_panel import shown_histogram
+
+    final = (2, 5, 1, 4) + (0,) * 28  # the engine's final tally, sized for a 31-token copy
+    assert shown_histogram(final, 3) == (2, 5, 1, 4)
+    assert shown_histogram(final, 5) == (2, 5, 1, 4, 0, 0)  # drafts of 5 that never all passed
+    assert shown_histogram((0, 0, 0, 0, 0, 0, 1), 2) == (0, 0, 0, 0, 0, 0, 1)  # never hides a step
+    assert shown_histogram((), 0) == ()

@@ -71,7 +71,7 @@ class StatsPanel(QWidget):
         form.addRow("", self._split)
         self._by_position = BarPlot("Acceptance by draft position", FATE_COLOURS[TokenFate.ACCEPTED],
                                     fraction=True, first_label=1)
-        self._histogram = BarPlot("Accepted tokens per step", FATE_COLOURS[TokenFate.BONUS], fraction=False)
+        self._histogram = BarPlot("Drafting steps by tokens accepted", FATE_COLOURS[TokenFate.BONUS], fraction=False)
         self._rolling = LinePlot("Rolling acceptance over the reply", FATE_COLOURS[TokenFate.ACCEPTED])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -118,5 +118,14 @@ class StatsPanel(QWidget):
             + ("" if s.final else " While generating: draft + verify time only (≈)."))
         self._split.set_values(s.time_split)
         self._by_position.set_values(s.per_position_acceptance)
-        self._histogram.set_values(s.accepted_length_histogram)
+        self._histogram.set_values(shown_histogram(s.accepted_length_histogram, len(s.per_position_acceptance)))
         self._rolling.set_points(s.rolling, s.acceptance_rate if s.drafted else None)
+
+
+def shown_histogram(histogram: Sequence[int], positions: int) -> tuple[int, ...]:
+    """Steps by tokens accepted, from 0 to the longest draft (`positions` drafted): the engine sizes its final
+    histogram for the longest copy it may take (32 bins on a CPU), which left a short draft's bars as slivers
+    and made the plot jump from the live tally's width to that at the end of a reply."""
+    last = max((i for i, v in enumerate(histogram) if v), default=-1)
+    return tuple(histogram[:max(positions + 1, last + 1)]) if histogram else ()
+
