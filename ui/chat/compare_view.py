@@ -251,9 +251,10 @@ class CompareView(QWidget):
                                 f"target's own. {diff}", "tie")
             else:
                 self._set_badge(f"✗ Parted at token {position}, not by rounding: replayed in the speculative run's "
-                                f"own verify batches, the target still ranks plain's token first (by {gap:.3f}), so "
-                                "the run emitted a token its own batches do not compute: an engine fault. Please "
-                                f"report it with this chat (Export chat as JSON). {diff}", "diff")
+                                "own verify batches, the target ranks another token first there (plain's token "
+                                f"against this run's: {gap:+.3f}), so the run emitted a token its own batches do not "
+                                "compute: an engine fault. Please report it with this chat (Export chat as JSON). "
+                                f"{diff}", "diff")
             return
         if self._checking:
             self._set_badge(f"… Parted at token {position} (plain decoding's margin there: {margin:.3f}). Replaying "
