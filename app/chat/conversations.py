@@ -533,12 +533,18 @@ def stats_to_json(finish: FinishEvent) -> dict[str, Any]:
     return asdict(finish.stats)
 
 
+def number_pairs(data: Any) -> list[tuple[float, float]] | None:
+    """A stored series of [number, number] pairs, or None when it is anything else (a hand-edited file must not
+    crash): a reply's rolling acceptance, a comparison's pace."""
+    if not isinstance(data, list):
+        return None
+    ok = all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p) for p in data)
+    return [(a, b) for a, b in data] if ok else None
+
+
 def rolling_from_json(data: Any) -> list[tuple[int, float]]:
     """A stored reply's rolling acceptance series ([] when absent or not a list of [index, rate] pairs)."""
-    if not isinstance(data, list):
-        return []
-    ok = all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p) for p in data)
-    return [(int(i), float(rate)) for i, rate in data] if ok else []
+    return [(int(i), float(rate)) for i, rate in number_pairs(data) or []]
 
 
 def stats_from_json(data: dict[str, Any] | None) -> GenerationStats | None:

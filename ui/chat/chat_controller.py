@@ -26,7 +26,7 @@ from app.engine.events import Event, FinishEvent, GovernorEvent, PrefillEvent, T
 from app.engine.session import GenParams
 from ui.base.message_bar import MessageBar
 from ui.base.worker import GenerationWorker, PartingCheck
-from ui.chat.compare_view import CompareView, parting_record
+from ui.chat.compare_view import CompareView
 from ui.chat.transcript_view import TranscriptView
 from ui.stats.stats_panel import StatsPanel
 
@@ -344,9 +344,8 @@ class ChatController(QObject):
         if self._compared is not None:
             conv, reply = self._compared
             self._compared = None
-            if reply.compare and reply.compare.get("divergence"):
-                reply.compare["divergence"]["replay"] = parting_record(check)
-                self.store.save(conv)
+            reply.compare = self.compare.result() or reply.compare  # the verdict again, with what the replay found
+            self.store.save(conv)
 
     @Slot(int, int)
     def _on_worker_contextUsed(self, used: int, n_ctx: int) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer, Slot
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.chat.conversations import Message, records_from_events
+from app.chat.conversations import Message, number_pairs, records_from_events
 from app.engine.events import Event, FinishEvent, StepEvent
 from app.engine.parting import first_divergence
 from ui.base.worker import PartingCheck
@@ -103,7 +103,7 @@ class CompareView(QWidget):
         self._mode = "draft"
         self._greedy = True
         self._checking = False  # a parting's replay is running on the worker
-        self._replay_record: dict[str, Any] | None = None  # what it found (parting_record)
+        self._replay_record: dict[str, Any] | None = None  # what it found (_parting_record)
         self._replay_t0 = 0.0
         self._replay_shown: dict[str, int] = {}
         self._timer = QTimer(self)
@@ -188,7 +188,7 @@ class CompareView(QWidget):
 
     def parting_checked(self, check: PartingCheck) -> None:
         self._checking = False
-        self._replay_record = parting_record(check)
+        self._replay_record = _parting_record(check)
         self._verdict()
 
     def _speedup(self) -> float:
@@ -333,7 +333,7 @@ class CompareView(QWidget):
             self._timer.stop()
 
 
-def parting_record(check: PartingCheck) -> dict[str, Any]:
+def _parting_record(check: PartingCheck) -> dict[str, Any]:
     """What a parting's replay found, as stored in the reply's `compare.divergence.replay`."""
     replay = check.replay
     return {"gap": replay.gap if replay else None, "reproduced": replay.reproduced if replay else None,
@@ -341,10 +341,6 @@ def parting_record(check: PartingCheck) -> dict[str, Any]:
 
 
 def _valid_pace(value: Any) -> list[list[float]] | None:
-    """A stored pace, if it is a list of [ms, tokens] pairs (a hand-edited file must not crash)."""
-    if not isinstance(value, list) or not value:
-        return None
-    ok = all(
-        isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p) for p in value
-    )
-    return [[float(ms), int(n)] for ms, n in value] if ok else None
+    """A stored pace, if it is a non-empty list of [ms, tokens] pairs."""
+    pairs = number_pairs(value)
+    return [[float(ms), int(n)] for ms, n in pairs] if pairs else None
