@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from app.engine.events import Divergence, FinishEvent, StepEvent
-from app.engine.parting import first_divergence, layout, replay_parting, replay_row
+from app.engine.parting import NotReplayed, PartingReplay, first_divergence, layout, replay_parting, replay_row
 from app.engine.session import GenParams
 
 _TURN1 = [{"role": "user", "content": "Repeat this line three times: the quick brown fox jumps over the lazy dog "
@@ -68,12 +68,12 @@ def test_a_parting_is_the_targets_own_choice_only_where_its_batches_pick_that_to
     own, other = spec.tokens[position], (spec.tokens[position] + 1) % smol_session.target_model.n_vocab
     as_run = replay_parting(smol_session.target_ctx, prompt, spec.tokens, steps,
                             Divergence(position, other, own, 0.5, False))
-    assert as_run is not None and as_run.reproduced and as_run.gap < 0
+    assert isinstance(as_run, PartingReplay) and as_run.reproduced and as_run.gap < 0
     # Had the run emitted `other` there, its own batches would not compute it: an engine fault.
     reply = list(spec.tokens)
     reply[position] = other
     fault = replay_parting(smol_session.target_ctx, prompt, reply, steps, Divergence(position, own, other, 0.5, False))
-    assert fault is not None and not fault.reproduced and fault.gap == pytest.approx(-as_run.gap)
+    assert isinstance(fault, PartingReplay) and not fault.reproduced and fault.gap == pytest.approx(-as_run.gap)
 
 
 def test_no_replay_without_the_prompts_cache_or_after_stop(smol_session, compared):
@@ -82,11 +82,14 @@ def test_no_replay_without_the_prompts_cache_or_after_stop(smol_session, compare
     div = Divergence(position, 0, spec.tokens[position], 0.5, False)
     stop = threading.Event()
     stop.set()
-    assert replay_parting(smol_session.target_ctx, prompt, spec.tokens, steps, div, stop) is None
-    assert replay_parting(smol_session.target_ctx, prompt, spec.tokens, steps,
-                          Divergence(len(spec.tokens), spec.tokens[-1], -1, 0.5, False)) is None
+    stopped = replay_parting(smol_session.target_ctx, prompt, spec.tokens, steps, div, stop)
+    assert stopped == NotReplayed("stopped before the replay finished")
+    ended = replay_parting(smol_session.target_ctx, prompt, spec.tokens, steps,
+                           Divergence(len(spec.tokens), spec.tokens[-1], -1, 0.5, False))
+    assert ended == NotReplayed("one reply ended there")
     smol_session.clear_caches()
-    assert replay_parting(smol_session.target_ctx, prompt, spec.tokens, steps, div) is None
+    gone = replay_parting(smol_session.target_ctx, prompt, spec.tokens, steps, div)
+    assert gone == NotReplayed("the cache no longer holds the prompt")
 
 
 def test_first_divergence_reports_the_plain_runs_margin() -> None:

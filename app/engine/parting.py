@@ -99,22 +99,29 @@ class PartingReplay:
     reproduced: bool  # the replayed row's argmax is the speculative token: the target's own choice there
 
 
+@dataclass(frozen=True, slots=True)
+class NotReplayed:
+    """Why a parting was not replayed (the user sees the margin's verdict with this reason)."""
+
+    why: str
+
+
 def replay_parting(ctx: LlamaContext, prompt: Sequence[int], reply: Sequence[int], steps: Sequence[Batch],
-                   divergence: Divergence, cancel: threading.Event | None = None) -> PartingReplay | None:
+                   divergence: Divergence, cancel: threading.Event | None = None) -> PartingReplay | NotReplayed:
     """Replay a finished speculative run's batches on the cache it ran on: its prompt is still cached (as
     computed then: a chat's earlier turns were decoded in their own replies' batches, which a fresh prefill
-    would not repeat), so only what followed is dropped. None: the cache no longer holds that prompt, the
-    parting has no speculative token (the reply ended there), or `cancel` was set. The cache is left holding
-    the prompt and the reply up to about the parting, a prefix the next turn reuses."""
+    would not repeat), so only what followed is dropped. Not replayed where the parting has no speculative
+    token (a reply ended there), the cache no longer holds that prompt, or `cancel` was set. The cache is
+    left holding the prompt and the reply up to about the parting, a prefix the next turn reuses."""
     if divergence.spec_token < 0 or divergence.plain_token < 0:
-        return None
+        return NotReplayed("one reply ended there")
     n = len(prompt)
     if ctx.n_past < n or ctx.tokens[:n] != list(prompt) or ctx.kept_logits(n) is None:
-        return None
+        return NotReplayed("the cache no longer holds the prompt")
     ctx.truncate(n)
     try:
         row = replay_row(ctx, n, [*prompt, *reply], steps, divergence.position, cancel)
-    except ReplayCancelled:
-        return None  # the cache holds the prompt and part of the reply, which the next prefix match reuses
+    except ReplayCancelled:  # the cache holds the prompt and part of the reply, which the next prefix match reuses
+        return NotReplayed("stopped before the replay finished")
     gap = float(row[divergence.plain_token] - row[divergence.spec_token])
     return PartingReplay(gap, int(np.argmax(row)) == divergence.spec_token)

@@ -23,7 +23,7 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from app.engine.events import Divergence, FinishEvent, StepEvent
 from app.engine.pair_config import PairConfig
-from app.engine.parting import PartingReplay, first_divergence, layout, replay_parting
+from app.engine.parting import NotReplayed, PartingReplay, first_divergence, layout, replay_parting
 from app.engine.session import GenParams
 
 log = logging.getLogger(__name__)
@@ -197,12 +197,10 @@ class _Runner(QObject):
             log.info("replaying the parting failed", exc_info=True)
             self._put("parting", "", PartingCheck(div, None, f"the replay failed: {exc}"))
             return
-        note = ""
-        if replay is None:
-            note = ("stopped before the replay finished" if cancel.is_set()
-                    else "one reply ended there" if min(div.spec_token, div.plain_token) < 0
-                    else "the cache no longer holds the prompt")
-        self._put("parting", "", PartingCheck(div, replay, note))
+        if isinstance(replay, NotReplayed):
+            self._put("parting", "", PartingCheck(div, None, replay.why))
+        else:
+            self._put("parting", "", PartingCheck(div, replay))
 
     def _fit(self, job: Job) -> list[int] | None:
         """The templated history's tokens, fitted to the context as the job says; None when it asked
