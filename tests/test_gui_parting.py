@@ -13,7 +13,7 @@ import pytest
 
 from app.chat.conversations import Message
 from app.engine.events import Divergence, Event, FinishEvent, StepEvent
-from app.engine.parting import PartingReplay
+from app.engine.parting import NotReplayed, PartingReplay
 from app.engine.session import GenParams
 from tests.gui_support import require_working_pyside
 
@@ -55,15 +55,15 @@ def test_the_worker_replays_a_greedy_comparisons_parting(qapp: Any, smol_session
     items = runner._out.take()
     assert [(kind, payload is None) for kind, _run, payload in items] == [("parting", True), ("parting", False)]
     check = items[1][2]
-    assert isinstance(check, PartingCheck) and check.note == ""
+    assert isinstance(check, PartingCheck) and isinstance(check.replay, PartingReplay)
     assert check.divergence.position == parted["position"] and check.divergence.plain_token == parted["other"]
-    assert check.replay is not None and check.replay.reproduced and check.replay.gap < 0
+    assert check.replay.reproduced and check.replay.gap < 0
     # Stop before the replay: the view is told it was not replayed, and why.
     stop = threading.Event()
     stop.set()
     runner._check_parting(parted["prompt"], finishes, parted["steps"], stop)
     last = runner._out.take()[-1][2]
-    assert last.replay is None and last.note == "stopped before the replay finished"
+    assert last.replay == NotReplayed("stopped before the replay finished")
     # Identical replies: nothing to check.
     runner._check_parting(parted["prompt"], {"plain": parted["spec"], "spec": parted["spec"]}, parted["steps"],
                           threading.Event())
@@ -111,5 +111,5 @@ def test_the_compare_view_says_whose_choice_the_parting_was(qapp: Any, parted: d
         view.badge.text()
     # Not replayed: the margin's verdict, with the reason.
     view = _compared_view(parted)
-    view.parting_checked(PartingCheck(div, None, "stopped before the replay finished"))
+    view.parting_checked(PartingCheck(div, NotReplayed("stopped before the replay finished")))
     assert "Not replayed: stopped before the replay finished." in view.badge.text()

@@ -46,8 +46,7 @@ class PartingCheck:
     """A greedy comparison's parting, checked by replaying the speculative run's own verify batches."""
 
     divergence: Divergence
-    replay: PartingReplay | None  # None: not replayed (`note` says why)
-    note: str = ""
+    replay: PartingReplay | NotReplayed
 
 
 @dataclass(frozen=True)
@@ -195,12 +194,8 @@ class _Runner(QObject):
             replay = replay_parting(self._session.target_ctx, prompt, spec.tokens, layout(steps), div, cancel)
         except Exception as exc:  # noqa: BLE001 - the layout does not fit the reply: say so, keep the chat
             log.info("replaying the parting failed", exc_info=True)
-            self._put("parting", "", PartingCheck(div, None, f"the replay failed: {exc}"))
-            return
-        if isinstance(replay, NotReplayed):
-            self._put("parting", "", PartingCheck(div, None, replay.why))
-        else:
-            self._put("parting", "", PartingCheck(div, replay))
+            replay = NotReplayed(f"the replay failed: {exc}")
+        self._put("parting", "", PartingCheck(div, replay))
 
     def _fit(self, job: Job) -> list[int] | None:
         """The templated history's tokens, fitted to the context as the job says; None when it asked

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVB
 
 from app.chat.conversations import Message, number_pairs, records_from_events
 from app.engine.events import Event, FinishEvent, StepEvent
-from app.engine.parting import first_divergence
+from app.engine.parting import NotReplayed, first_divergence
 from ui.base.worker import PartingCheck
 from ui.chat.transcript_view import TranscriptView
 
@@ -336,8 +336,9 @@ class CompareView(QWidget):
 def _parting_record(check: PartingCheck) -> dict[str, Any]:
     """What a parting's replay found, as stored in the reply's `compare.divergence.replay`."""
     replay = check.replay
-    return {"gap": replay.gap if replay else None, "reproduced": replay.reproduced if replay else None,
-            "note": check.note}
+    if isinstance(replay, NotReplayed):
+        return {"gap": None, "reproduced": None, "note": replay.why}
+    return {"gap": replay.gap, "reproduced": replay.reproduced, "note": ""}
 
 
 def _valid_pace(value: Any) -> list[list[float]] | None:
