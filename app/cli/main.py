@@ -96,6 +96,9 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
                              "the machine's noise floor)")
     native.add_argument("--native-timeout", type=float, default=600.0, metavar="S",
                         help="seconds one llama.cpp run may take")
+    native.add_argument("--native-huge-pages", action="store_true",
+                        help="run llama.cpp's tools with glibc's huge-page tunable, as SpecChat runs on Linux "
+                        "(default: as users start them, without)")
     bench.add_argument("--processes", choices=("auto", "fresh", "shared"), default="auto",
                        help="fresh: each timed SpecChat run in a process of its own, started as llama.cpp's runs "
                        "are (some machines decode faster in a child while the parent holds the models); "

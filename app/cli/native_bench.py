@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.cli.options import UserError
+from app.huge_pages import native_env
 
 # Every n-gram spec type llama-speculative-simple takes with no files: ngram-mod is what llama.cpp's own
 # `--spec-default` turns on (24-token match, drafts of 48-64), ngram-map-k4v the counted-values map, ngram-cache
@@ -88,6 +89,8 @@ class NativeSettings:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     n_threads_draft: int | None = None  # SpecChat's -td, passed on to draft-simple; None: as n_threads
+    # Run with glibc's huge-page tunable, as SpecChat runs (app/huge_pages.py). Off: as users start llama.cpp.
+    huge_pages: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ def run(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, prompt_
     cmd = command(mode, s, prompt_file, n_predict, n_prompt)
     tool = Path(cmd[0]).name
     try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=s.timeout_s)
+        proc = subprocess.run(cmd, capture_output=True, timeout=s.timeout_s, env=native_env(s.huge_pages))
     except subprocess.TimeoutExpired as exc:
         raise NativeError(f"{tool} ({mode}) ran past {s.timeout_s:.0f} s{_tail(exc.stderr)}") from exc
     except OSError as exc:
