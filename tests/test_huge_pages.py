@@ -61,8 +61,9 @@ def test_native_tools_start_as_users_start_them(monkeypatch, before, restored):
 def _generate(smol_path: Path, tmp_path: Path, **extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", BEFORE_ENV, OFF_ENV)}
     env.update(SPECCHAT_HOME=str(tmp_path), **extra)
-    out = subprocess.run([sys.executable, "-m", "app.cli", "generate", "--json", "-m", str(smol_path), "--mode", "none",
-                          "-n", "4", "-c", "2048", "-p", "Say hi"], capture_output=True, text=True, timeout=300, env=env)
+    cmd = [sys.executable, "-m", "app.cli", "generate", "--json", "-m", str(smol_path), "--mode", "none", "-n", "4",
+           "-c", "2048", "-p", "Say hi"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)["huge_pages"]
 

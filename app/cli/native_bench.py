@@ -2,6 +2,8 @@
 
 `plain-again` runs llama-completion a second time in each round, exactly as `plain`: its ratio to `plain` is
 the machine's noise floor (an A/A control), so a reader can tell which differences in the table are real.
+`plain-huge-pages` runs it once more with glibc's huge-page tunable, as SpecChat runs on Linux (app/huge_pages.py):
+what the same memory setting alone is worth to llama.cpp, in the same rounds.
 
 They run on the exact prompt text SpecChat renders, from a file. `-f` drops one trailing newline, so the
 file gets one extra; `--no-escape` keeps backslashes in code literal; `-no-cnv` stops llama-completion
@@ -37,8 +39,9 @@ from app.huge_pages import native_env
 # `--spec-default` turns on (24-token match, drafts of 48-64), ngram-map-k4v the counted-values map, ngram-cache
 # lookup decoding's context cache (no static or dynamic cache file).
 NGRAM_MODES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-NATIVE_MODES = ("plain", "plain-again", "draft-simple", *NGRAM_MODES)
-PLAIN_MODES = ("plain", "plain-again")  # llama-completion; the second is the A/A control
+NATIVE_MODES = ("plain", "plain-again", "plain-huge-pages", "draft-simple", *NGRAM_MODES)
+# llama-completion; the second is the A/A control, the third the same with huge pages
+PLAIN_MODES = ("plain", "plain-again", "plain-huge-pages")
 COMPLETION = "llama-completion"
 SPECULATIVE = "llama-speculative-simple"
 PREFIX = "llama.cpp:"  # bench mode names: "llama.cpp:plain", "llama.cpp:draft-simple", ...
@@ -175,7 +178,8 @@ def run(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, prompt_
     cmd = command(mode, s, prompt_file, n_predict, n_prompt)
     tool = Path(cmd[0]).name
     try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=s.timeout_s, env=native_env(s.huge_pages))
+        proc = subprocess.run(cmd, capture_output=True, timeout=s.timeout_s,
+                              env=native_env(s.huge_pages or mode == "plain-huge-pages"))
     except subprocess.TimeoutExpired as exc:
         raise NativeError(f"{tool} ({mode}) ran past {s.timeout_s:.0f} s{_tail(exc.stderr)}") from exc
     except OSError as exc:
