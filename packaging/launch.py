@@ -62,8 +62,5 @@ def _log_without_console() -> None:
 
 
 if __name__ == "__main__":
-    from app.huge_pages import reexec_with_huge_pages
-
-    reexec_with_huge_pages()  # before anything starts: the bundle becomes itself with huge pages (app/huge_pages.py)
     _log_without_console()
     sys.exit(run(sys.argv[1:]))

@@ -330,23 +330,6 @@ def _settings(**kw: Any) -> nb.NativeSettings:
     return nb.NativeSettings(**base)
 
 
-@pytest.mark.parametrize(("mode", "flag", "tunable"), [("plain", False, False), ("plain-huge-pages", False, True),
-                                                      ("plain", True, True)])
-def test_native_tools_get_huge_pages_only_when_asked(tmp_path, monkeypatch, mode, flag, tunable):
-    """llama.cpp's tools start as users start them, without the huge-page tunable that SpecChat's re-exec added to
-    this process (app/huge_pages.py), except in plain-huge-pages and with --native-huge-pages."""
-    from app.huge_pages import BEFORE_ENV, TUNABLE
-
-    monkeypatch.setenv(BEFORE_ENV, "")
-    monkeypatch.setenv("GLIBC_TUNABLES", TUNABLE)  # as after the re-exec
-    tool = tmp_path / nb.COMPLETION
-    tool.write_text('#!/bin/sh\necho "[$GLIBC_TUNABLES]" > "$(dirname "$0")/env.txt"\nexit 3\n')
-    tool.chmod(0o755)
-    with pytest.raises(nb.NativeError, match="exited with status 3"):
-        nb.run(mode, _settings(bin_dir=tmp_path, huge_pages=flag), tmp_path / "p.txt", 8, "")
-    assert (tmp_path / "env.txt").read_text().strip() == (f"[{TUNABLE}]" if tunable else "[]")
-
-
 def test_commands_share_specchat_settings():
     plain = nb.command("plain", _settings(), Path("p.txt"), 128)
     assert plain[0] == "/opt/llama/llama-completion"
@@ -358,7 +341,6 @@ def test_commands_share_specchat_settings():
     assert "--seed" not in plain
     # The A/A control is the very same command: its ratio to plain measures nothing but the machine's noise.
     assert nb.command("plain-again", _settings(), Path("p.txt"), 128) == plain
-    assert nb.command("plain-huge-pages", _settings(), Path("p.txt"), 128) == plain  # only its environment differs
     draft = nb.command("draft-simple", _settings(repack=True, seed=7), Path("p.txt"), 64)
     assert draft[0] == "/opt/llama/llama-speculative-simple"
     assert draft[draft.index("--spec-type") + 1] == "draft-simple" and draft[draft.index("-md") + 1] == "d.gguf"
@@ -513,29 +495,25 @@ def test_bench_cli_native_without_tools_fails_before_loading(smol_path, tmp_path
                            "docs/BENCHMARKS.md, \"Comparing with llama.cpp itself\")")
 def test_bench_cli_native_smoke(smol_path, tmp_path):
     result = specchat("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none",
-                      "--native", NATIVE_BIN, "--native-modes",
-                      "plain,plain-again,plain-huge-pages,ngram-simple,ngram-mod",
+                      "--native", NATIVE_BIN, "--native-modes", "plain,plain-again,ngram-simple,ngram-mod",
                       "--repeat", 1, "--no-warmup", "-c", 512, "--copy-bound", "--replay-out", tmp_path / "c.json",
                       home=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     modes = [(r["prompt_id"], r["mode"]) for r in data["runs"]]
     assert modes == [(p, m) for p in ("echo", "turns")
-                     for m in ("none", "llama.cpp:plain", "llama.cpp:plain-again", "llama.cpp:plain-huge-pages",
-                               "llama.cpp:ngram-simple", "llama.cpp:ngram-mod")]
+                     for m in ("none", "llama.cpp:plain", "llama.cpp:plain-again", "llama.cpp:ngram-simple",
+                               "llama.cpp:ngram-mod")]
     for run in data["runs"]:
         assert run["tokens_per_second"] > 0 and run["speedup_vs_llama_cpp"] > 0
         if run["engine"] == "llama.cpp":
             assert run["command"][0].endswith(("llama-completion", "llama-speculative-simple"))
             assert "-no-cnv" in run["command"] or "--spec-type" in run["command"]
-    plain = [r for r in data["runs"]
-             if r["mode"] in ("llama.cpp:plain", "llama.cpp:plain-again", "llama.cpp:plain-huge-pages")]
+    plain = [r for r in data["runs"] if r["mode"] in ("llama.cpp:plain", "llama.cpp:plain-again")]
     assert all(r["identical"] for r in plain), plain  # greedy, same prompt tokens (the bench checks them)
     assert all(r["command"][0].endswith("llama-completion") for r in plain)
     assert data["native"]["prompt_tokens_checked"]
-    assert data["native"]["modes"] == ["plain", "plain-again", "plain-huge-pages", "ngram-simple", "ngram-mod"]
-    assert data["native"]["huge_pages"] is False  # stock llama.cpp, but for plain-huge-pages
-    assert data["settings"]["huge_pages"]["thp"] in ("always", "madvise", "never", None)
+    assert data["native"]["modes"] == ["plain", "plain-again", "ngram-simple", "ngram-mod"]
     assert data["settings"]["processes"] == "fresh"  # with --native, "auto" runs SpecChat as llama.cpp runs
     assert data["native"]["system_info"].startswith("CPU") and isinstance(data["native"]["same_build_features"], bool)
     assert data["summary"]["llama.cpp:plain"]["median_speedup_vs_llama_cpp"] == pytest.approx(1.0)

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from app import huge_pages
 from app import settings as settings_mod
 from app.atomic import atomic_write_text
 from app.cli import bench_replay, copy_bound, native_bench, native_replay, policy_replay, rounding_check
@@ -444,7 +443,6 @@ def _native_plan(args: argparse.Namespace, cfg: Any, params: GenParams, workdir:
         timeout_s=args.native_timeout, extra_args=native_bench.split_args(args.native_args or ""),
         repeat_penalty=s.repeat_penalty, repeat_last_n=s.repeat_last_n, frequency_penalty=s.frequency_penalty,
         presence_penalty=s.presence_penalty, n_threads_draft=cfg.n_threads_draft,
-        huge_pages=args.native_huge_pages,
     )
     return NativePlan(settings, modes, workdir)
 
@@ -496,8 +494,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
                      f"each prompt's n_predict, else {DEFAULT_N_PREDICT}",
                      "mode_order": "rotated: round r starts with mode r mod n",
                      "processes": processes,
-                     "margins": "from one untimed plain run per prompt",
-                     "huge_pages": huge_pages.report()},  # children inherit the tunable with the environment
+                     "margins": "from one untimed plain run per prompt"},
         "measurement": MEASUREMENT,
         "runs": [{k: v for k, v in asdict(r).items() if k != "token_ids"} for r in runs],
         "summary": summarise(runs),
@@ -510,8 +507,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
                             "version": native_bench.tool_version(native.settings.bin_dir),
                             "n_threads": native.settings.n_threads, "repack": native.settings.repack,
                             "prompt_tokens_checked": True, "system_info": native.system_info,
-                            "specchat_system_info": ours, "same_build_features": native.system_info == ours,
-                            "huge_pages": native.settings.huge_pages}
+                            "specchat_system_info": ours, "same_build_features": native.system_info == ours}
     if reference:
         report["llama_cpp_python_prompt_lookup"] = reference
     if bounds:

@@ -9,7 +9,6 @@ import sys
 import threading
 from dataclasses import asdict
 
-from app import huge_pages
 from app import settings as settings_mod
 from app.cli.options import UserError, gen_params, pair_config, resolve_models
 from app.cli.render import TerminalRenderer, format_stats
@@ -103,7 +102,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
                     renderer(event)
         except KeyboardInterrupt:
             cancel.set()
-        pages = huge_pages.report() if args.json else {}  # while the models are still loaded
     if finish is None:
         return 130
     if args.json:
@@ -111,7 +109,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
         data["sampling"] = sampling_info
         data["steps"] = steps
         data["devices"] = devices
-        data["huge_pages"] = pages
         print(json.dumps(data))
     else:
         legend = renderer.legend()

@@ -90,17 +90,12 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
                         "llama-speculative-simple: run them on the same prompt tokens, in the same rounds")
     native.add_argument("--native-modes",
                         default="plain,draft-simple,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod",
-                        help="comma-separated llama.cpp modes: plain, plain-again, plain-huge-pages, draft-simple, "
-                             "ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod (llama.cpp's --spec-default), "
-                             "ngram-cache "
+                        help="comma-separated llama.cpp modes: plain, plain-again, draft-simple, ngram-simple, "
+                             "ngram-map-k, ngram-map-k4v, ngram-mod (llama.cpp's --spec-default), ngram-cache "
                              "(plain is always run; plain-again runs it twice per round, an A/A control that shows "
-                             "the machine's noise floor; plain-huge-pages runs it with glibc's huge-page tunable, as "
-                             "SpecChat runs on Linux)")
+                             "the machine's noise floor)")
     native.add_argument("--native-timeout", type=float, default=600.0, metavar="S",
                         help="seconds one llama.cpp run may take")
-    native.add_argument("--native-huge-pages", action="store_true",
-                        help="run llama.cpp's tools with glibc's huge-page tunable, as SpecChat runs on Linux "
-                        "(default: as users start them, without)")
     bench.add_argument("--processes", choices=("auto", "fresh", "shared"), default="auto",
                        help="fresh: each timed SpecChat run in a process of its own, started as llama.cpp's runs "
                        "are (some machines decode faster in a child while the parent holds the models); "

@@ -2,8 +2,6 @@
 
 `plain-again` runs llama-completion a second time in each round, exactly as `plain`: its ratio to `plain` is
 the machine's noise floor (an A/A control), so a reader can tell which differences in the table are real.
-`plain-huge-pages` runs it once more with glibc's huge-page tunable, as SpecChat runs on Linux (app/huge_pages.py):
-what the same memory setting alone is worth to llama.cpp, in the same rounds.
 
 They run on the exact prompt text SpecChat renders, from a file. `-f` drops one trailing newline, so the
 file gets one extra; `--no-escape` keeps backslashes in code literal; `-no-cnv` stops llama-completion
@@ -33,15 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.cli.options import UserError
-from app.huge_pages import native_env
 
 # Every n-gram spec type llama-speculative-simple takes with no files: ngram-mod is what llama.cpp's own
 # `--spec-default` turns on (24-token match, drafts of 48-64), ngram-map-k4v the counted-values map, ngram-cache
 # lookup decoding's context cache (no static or dynamic cache file).
 NGRAM_MODES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-NATIVE_MODES = ("plain", "plain-again", "plain-huge-pages", "draft-simple", *NGRAM_MODES)
-# llama-completion; the second is the A/A control, the third the same with huge pages
-PLAIN_MODES = ("plain", "plain-again", "plain-huge-pages")
+NATIVE_MODES = ("plain", "plain-again", "draft-simple", *NGRAM_MODES)
+PLAIN_MODES = ("plain", "plain-again")  # llama-completion; the second is the A/A control
 COMPLETION = "llama-completion"
 SPECULATIVE = "llama-speculative-simple"
 PREFIX = "llama.cpp:"  # bench mode names: "llama.cpp:plain", "llama.cpp:draft-simple", ...
@@ -92,8 +88,6 @@ class NativeSettings:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     n_threads_draft: int | None = None  # SpecChat's -td, passed on to draft-simple; None: as n_threads
-    # Run with glibc's huge-page tunable, as SpecChat runs (app/huge_pages.py). Off: as users start llama.cpp.
-    huge_pages: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,8 +172,7 @@ def run(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, prompt_
     cmd = command(mode, s, prompt_file, n_predict, n_prompt)
     tool = Path(cmd[0]).name
     try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=s.timeout_s,
-                              env=native_env(s.huge_pages or mode == "plain-huge-pages"))
+        proc = subprocess.run(cmd, capture_output=True, timeout=s.timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise NativeError(f"{tool} ({mode}) ran past {s.timeout_s:.0f} s{_tail(exc.stderr)}") from exc
     except OSError as exc:

@@ -11,15 +11,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.huge_pages import reexec_with_huge_pages
-
-# The rest is imported inside the functions: a console script that re-execs itself with huge pages first
-# (app/huge_pages.py) would otherwise pay for these imports (0.3 s) twice.
+from app.cli import main as cli
+from app.cli.options import add_generation_args, add_model_args
+from ui.shell.platform_check import refuse_if_broken
 
 
 def _register_gui(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from app.cli.options import add_generation_args, add_model_args
-
     gui = subparsers.add_parser("gui", help="open the chat window (the default with no command)")
     gui.add_argument("--prompt", help="submit this prompt as soon as the models are loaded")
     gui.add_argument("--compare", action="store_true", help="side-by-side comparison on (plain vs speculative)")
@@ -37,8 +34,6 @@ def _register_gui(subparsers: argparse._SubParsersAction) -> None:  # type: igno
 
 
 def _cmd_gui(args: argparse.Namespace) -> int:
-    from ui.shell.platform_check import refuse_if_broken
-
     if code := refuse_if_broken():  # before QApplication, which aborts on a missing xcb library
         return code
     from ui.shell.app import run_gui
@@ -47,15 +42,11 @@ def _cmd_gui(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv is None:  # started as a program, not called: this process may become itself with huge pages
-        reexec_with_huge_pages()
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--self-test"]:
         from ui.shell.selftest_gui import main as selftest_main
 
         return selftest_main(args[1:])
-    from app.cli import main as cli
-
     return cli.main(args, extra_commands=[_register_gui], default_command="gui")
 
 
