@@ -719,3 +719,60 @@ def test_bench_replay_out_records_a_corpus_that_bench_replay_replays(smol_path, 
     rows = json.loads(replayed.stdout)["rows"]
     assert {r["prompt_id"] for r in rows} == {"echo", "turns"}
     assert all(r["costs"]["smol"]["lookup"] > 0.5 and r["costs"]["smol"]["bound"] >= 1.0 for r in rows)
+
+
+# --- llama-server, loaded once for the bench (server-plain) -----------------------------------------------------
+
+
+def test_server_command_shares_specchat_settings():
+    from app.cli.native_server import server_command
+
+    cmd = server_command(Path("/opt/llama"), _settings(repack=True, n_gpu_layers=0), 8123)
+    assert cmd[0] == "/opt/llama/llama-server"
+    for flag, value in (("-m", "t.gguf"), ("-c", "4096"), ("-t", "2"), ("-tb", "2"), ("-fa", "on"), ("-ngl", "0"),
+                        ("-ctk", "f16"), ("-np", "1"), ("--cache-ram", "0"), ("--port", "8123"), ("-ub", "512")):
+        assert cmd[cmd.index(flag) + 1] == value, flag
+    assert "--repack" in cmd and "--no-cache-prompt" in cmd and "--no-webui" in cmd
+
+
+def test_bench_cli_server_plain_without_the_server_fails_before_loading(smol_path, tmp_path):
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name in (nb.COMPLETION, nb.SPECULATIVE):  # the one-shot tools are there, llama-server is not
+        (tools / name).write_text("#!/bin/sh\nexit 1\n")
+        (tools / name).chmod(0o755)
+    result = specchat("bench", "--prompts", _suite(tmp_path), "-m", smol_path, "--native", tools,
+                      "--native-modes", "plain,server-plain", home=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "llama-server is missing" in result.stderr and "build the llama-server target" in result.stderr
+
+
+@pytest.mark.skipif(not (NATIVE_BIN / nb.COMPLETION).is_file() or not (NATIVE_BIN / "llama-server").is_file(),
+                    reason=f"llama.cpp's tools (llama-server among them) are not built in {NATIVE_BIN} (set "
+                           "SPECCHAT_NATIVE_BIN; see docs/BENCHMARKS.md, \"Comparing with llama.cpp itself\")")
+def test_bench_cli_server_plain_smoke(smol_path, tmp_path):
+    """A real llama-server, loaded once for two rounds in the bench's process: greedy, on the same prompt tokens, it
+    writes SpecChat's plain reply; every SpecChat row gets its ratio to it; the server is gone afterwards."""
+    import psutil
+
+    result = specchat("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none,lookup",
+                      "--native", NATIVE_BIN, "--native-modes", "plain,server-plain", "--repeat", 2, "--no-warmup",
+                      "-c", 512, "--processes", "shared", home=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    served = [r for r in data["runs"] if r["mode"] == "llama.cpp:server-plain"]
+    assert [r["prompt_id"] for r in served] == ["echo", "turns"]
+    for run in served:
+        assert run["identical"] is True, run  # the server decoded the prompt ids SpecChat sent, greedy
+        assert run["command"][0].endswith("llama-server") and run["command"][-1] == "POST /completion"
+        assert len(run["rounds_tps"]) == 2 and all(t > 0 for t in run["rounds_tps"])
+        assert run["speedup_vs_llama_server"] == pytest.approx(1.0)
+    for run in data["runs"]:
+        if run["mode"] in ("none", "lookup"):
+            low, _mean, high = run["vs_llama_server_interval"]
+            assert run["speedup_vs_llama_server"] > 0 and low <= high
+    assert data["summary"]["none"]["median_speedup_vs_llama_server"] > 0
+    port = served[0]["command"][served[0]["command"].index("--port") + 1]
+    left = [p for p in psutil.process_iter(["cmdline"]) if "llama-server" in " ".join(p.info["cmdline"] or [])
+            and port in (p.info["cmdline"] or [])]
+    assert not left, "the bench left its llama-server running"

@@ -14,6 +14,7 @@ by the bench process as llama.cpp's runs are: both sides load their weights and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.resources
 import json
 import platform
@@ -27,9 +28,9 @@ from typing import Any
 
 from app import settings as settings_mod
 from app.atomic import atomic_write_text
-from app.cli import bench_replay, copy_bound, native_bench, native_replay, policy_replay, rounding_check
+from app.cli import bench_replay, copy_bound, native_bench, native_replay, native_server, policy_replay, rounding_check
 from app.cli.bench_child import Recorded, Request, run_in_child, run_once, run_recorded
-from app.cli.native_bench import NATIVE_MODES, PREFIX, NativeResult, NativeSettings
+from app.cli.native_bench import NATIVE_MODES, PREFIX, SERVER_MODES, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
 from app.cli.ratio_stats import ratio_interval
 from app.engine.drafters import NEEDS_DRAFT
@@ -51,6 +52,9 @@ MEASUREMENT = {
                 "verification, sampling and Python included)",
     "llama.cpp:plain": "llama-completion's llama_perf \"eval time = X ms / N runs\" and \"sampling time = S ms\": "
                        "N one-token decodes / (X + S) (prompt excluded; llama_decode alone: eval_rounds_tps)",
+    "llama.cpp:server-plain": "llama-server's own timings of /completion, loaded once for the bench: "
+                              "(predicted_n - 1) / predicted_ms, the prompt's end to the last token (its first token "
+                              "comes from the prompt's pass)",
     "llama.cpp:speculative": "llama-speculative-simple's \"decoded N tokens in X seconds\": wall time of its "
                              "draft/verify loop after the prompt (its first batch holds the last prompt token)",
 }
@@ -101,6 +105,9 @@ class BenchRun:
     # The geometric mean of the per-round ratios to llama.cpp plain with its 95% interval, [low, mean, high]
     # (t on the log ratios): how far the rounds' noise leaves the ratio open. None with fewer than 2 rounds.
     vs_llama_cpp_interval: list[float] | None = None
+    # With server-plain: the same against llama-server's plain decoding, loaded once for the bench
+    speedup_vs_llama_server: float | None = None
+    vs_llama_server_interval: list[float] | None = None
 
 
 def _row_error(source: str, number: int, what: str) -> ValueError:
@@ -196,9 +203,12 @@ class NativePlan:
     modes: list[str]  # NATIVE_MODES names; "plain" always first
     workdir: Path
     system_info: str | None = None  # llama-completion's build features, from its last run
+    server: native_server.NativeServer | None = None  # started at server-plain's first run, closed by close()
 
     def run(self, mode: str, session: SpecSession, messages: Sequence[dict[str, Any]], tokens: list[int],
             n_predict: int, name: str) -> NativeResult:
+        if mode in SERVER_MODES:
+            return self._serve(mode, tokens, n_predict)
         text = chat_text(session, messages)
         prompt_file = self.workdir / f"{name}.txt"
         native_bench.write_prompt(prompt_file, text)
@@ -207,6 +217,18 @@ class NativePlan:
             native_bench.check_prompt_tokens(tokens, result.prompt_tokens)
             self.system_info = result.system_info
         return result
+
+    def _serve(self, mode: str, tokens: list[int], n_predict: int) -> NativeResult:
+        if self.server is None:
+            self.server = native_server.NativeServer(self.settings.bin_dir, self.settings, self.workdir)
+        r = self.server.complete(tokens, n_predict)
+        return NativeResult(mode, (*self.server.command, "POST /completion"), r["n_tokens"], r["tokens_per_second"],
+                            r["decode_ms"], r["prompt_ms"], text=r["text"])
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
 
 
 @dataclass
@@ -297,15 +319,19 @@ def bench(session: SpecSession, prompts: list[BenchPrompt], params: GenParams, m
                 if progress is not None:
                     progress.update(1)
         cpp_plain = results.get(PREFIX + "plain")
+        server_plain = results.get(PREFIX + "server-plain")
         for mode in all_modes:
             runs = results[mode]
             vs_cpp = _ratios(runs, cpp_plain) if cpp_plain else None
+            vs_server = _ratios(runs, server_plain) if server_plain else None
             common = {"prompt_id": item.id, "mode": mode, "kind": item.kind, "n_predict": n,
                       "prompt_tokens": len(tokens), "tokens_per_second": statistics.median(_tps(r) for r in runs),
                       "speedup": statistics.median(_ratios(runs, results["none"]) or [0.0]),
                       "speedup_vs_llama_cpp": statistics.median(vs_cpp or [0.0]) if vs_cpp is not None else None,
                       "rounds_tps": [_tps(r) for r in runs],
-                      "vs_llama_cpp_interval": ratio_interval(vs_cpp) if vs_cpp is not None else None}
+                      "vs_llama_cpp_interval": ratio_interval(vs_cpp) if vs_cpp is not None else None,
+                      "speedup_vs_llama_server": statistics.median(vs_server) if vs_server else None,
+                      "vs_llama_server_interval": ratio_interval(vs_server) if vs_server else None}
             if mode in native_names:
                 yield _native_run(common, [r for r in runs if isinstance(r, NativeResult)], reference,
                                   compare == "greedy")
@@ -398,6 +424,7 @@ def summarise(runs: list[BenchRun]) -> dict[str, Any]:
         mine = [r for r in runs if r.mode == mode]
         overheads = [r.engine_overhead for r in mine if r.engine_overhead is not None]
         vs_cpp = [r.speedup_vs_llama_cpp for r in mine if r.speedup_vs_llama_cpp is not None]
+        vs_server = [r.speedup_vs_llama_server for r in mine if r.speedup_vs_llama_server is not None]
         drafted = sum(r.drafted for r in mine)
         out[mode] = {
             "engine": mine[0].engine,
@@ -412,6 +439,8 @@ def summarise(runs: list[BenchRun]) -> dict[str, Any]:
             # The per-prompt spread: for llama.cpp:plain-again (the A/A control) it is the machine's noise floor.
             "min_speedup_vs_llama_cpp": min(vs_cpp) if vs_cpp else None,
             "max_speedup_vs_llama_cpp": max(vs_cpp) if vs_cpp else None,
+            "median_speedup_vs_llama_server": statistics.median(vs_server) if vs_server else None,
+            "min_speedup_vs_llama_server": min(vs_server) if vs_server else None,
             "drafted": drafted,
             "accepted": sum(r.accepted for r in mine),
             "acceptance_rate": sum(r.accepted for r in mine) / drafted if drafted else 0.0,
@@ -429,6 +458,8 @@ def _native_plan(args: argparse.Namespace, cfg: Any, params: GenParams, workdir:
     unknown = [m for m in wanted if m not in NATIVE_MODES]
     if unknown:
         raise ValueError(f"--native-modes: unknown {', '.join(unknown)}; use some of {', '.join(NATIVE_MODES)}")
+    if set(wanted) & set(SERVER_MODES):
+        native_server.check_tool(args.native)
     modes = ["plain"] + [m for m in dict.fromkeys(wanted) if m != "plain"]
     if "draft-simple" in modes and cfg.draft is None:
         modes.remove("draft-simple")
@@ -465,8 +496,10 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     cfg = pair_config(args, settings, target, draft)
     runs: list[BenchRun] = []
     reference: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory(prefix="specchat-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="specchat-bench-") as tmp, contextlib.ExitStack() as cleanup:
         native = _native_plan(args, cfg, params, Path(tmp))  # checks the tools before any model loads
+        if native:
+            cleanup.callback(native.close)  # a llama-server of server-plain, before its log's folder goes
         processes = args.processes if args.processes != "auto" else "fresh" if native else "shared"
         with SpecSession(cfg) as session:
             spec_used = session.resolve_spec(params.spec)  # "auto" values as this machine runs them
@@ -594,8 +627,10 @@ def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
     s = report["settings"]
     lines = [f"tokens/s exclude prompt processing. SpecChat: {MEASUREMENT['specchat']}."]
     if "native" in report:
-        lines += [f"llama.cpp plain: {MEASUREMENT['llama.cpp:plain']}.",
-                  f"llama.cpp speculative: {MEASUREMENT['llama.cpp:speculative']}.",
+        lines += [f"llama.cpp plain: {MEASUREMENT['llama.cpp:plain']}."]
+        if set(report["native"].get("modes", ())) & set(SERVER_MODES):
+            lines += [f"llama.cpp server-plain: {MEASUREMENT['llama.cpp:server-plain']}."]
+        lines += [f"llama.cpp speculative: {MEASUREMENT['llama.cpp:speculative']}.",
                   f"Both: same files, -c {s['n_ctx']}, -t {report['native']['n_threads']}, flash attention "
                   f"{'on' if s['flash_attn'] else 'off'}, CPU repacking {'on' if s['repack'] else 'off'}; "
                   "vs cpp = ratio to llama.cpp plain in the same round."]
@@ -626,6 +661,9 @@ def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
         lines.append(f"{mode:<{w}} median {m['median_tokens_per_second']:.2f} tok/s, vs none "
                      f"{m['median_speedup']:.2f}x (min {m['min_speedup']:.2f}x)"
                      + (f", vs llama.cpp plain {_ratio(m['median_speedup_vs_llama_cpp'])}" if has_cpp else "")
+                     + (f", vs llama-server plain {_ratio(m['median_speedup_vs_llama_server'])} (lowest prompt "
+                        f"{_ratio(m['min_speedup_vs_llama_server'])})"
+                        if m.get("median_speedup_vs_llama_server") is not None else "")
                      + (f", identical {m['identical']}/{m['compared']}" if m["compared"] else ", identical n/a")
                      + (f", engine overhead {overhead:.2%}" if overhead is not None else ""))
     control = report["summary"].get(PREFIX + "plain-again")

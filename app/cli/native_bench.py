@@ -36,7 +36,9 @@ from app.cli.options import UserError
 # `--spec-default` turns on (24-token match, drafts of 48-64), ngram-map-k4v the counted-values map, ngram-cache
 # lookup decoding's context cache (no static or dynamic cache file).
 NGRAM_MODES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-NATIVE_MODES = ("plain", "plain-again", "draft-simple", *NGRAM_MODES)
+# server-plain: llama-server, loaded once for the whole bench (app/cli/native_server.py)
+SERVER_MODES = ("server-plain",)
+NATIVE_MODES = ("plain", "plain-again", *SERVER_MODES, "draft-simple", *NGRAM_MODES)
 PLAIN_MODES = ("plain", "plain-again")  # llama-completion; the second is the A/A control
 COMPLETION = "llama-completion"
 SPECULATIVE = "llama-speculative-simple"

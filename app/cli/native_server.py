@@ -1,0 +1,140 @@
+"""llama.cpp's `llama-server`, kept loaded for a whole bench: the native mode `server-plain`.
+
+Why: `llama-completion` is one process per timed run, and on these 2-core machines a process's one-token steps
+can run 44 or 58 ms for the same model (docs/BENCHMARKS.md, run 38), which drowns the 2-3% that issue 11's
+">= 0.97x" asks about. A server loaded once and timed in the same rounds as SpecChat's runs in the bench's own
+process (`--processes shared`) pairs a long-lived llama.cpp with a long-lived SpecChat, as a user's app and a
+user's llama-server are.
+
+Each run POSTs the exact prompt token ids SpecChat rendered to /completion, with `cache_prompt` off so the whole
+prompt is processed each time, and reads the server's own timings: `predicted_n` tokens, of which the first comes
+from the prompt's logits, in `predicted_ms` from the prompt's end to the last token: (n - 1) / ms, SpecChat's
+and llama-completion's measure. `return_tokens` gives the reply's ids, `content` its text.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from app.cli.native_bench import NativeSettings
+from app.cli.options import UserError
+
+SERVER = "llama-server"
+HOST = "127.0.0.1"
+
+
+class ServerError(UserError):
+    """llama-server could not start or answer: one clear line, exit 2."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def server_command(bin_dir: Path, settings: NativeSettings, port: int) -> list[str]:
+    """llama-server with the same model, context, batch, threads, attention, repacking, layers and KV types as
+    llama-completion gets from the bench (native_bench.command), one slot, no web UI, no prompt cache."""
+    s = settings
+    layers = "all" if s.n_gpu_layers < 0 else str(s.n_gpu_layers)
+    return [str(Path(bin_dir) / SERVER), "-m", str(s.target), "-c", str(s.n_ctx), "-b", str(s.n_batch),
+            "-ub", str(s.n_batch), "-t", str(s.n_threads), "-tb", str(s.n_threads),
+            "-fa", "on" if s.flash_attn else "off", "--repack" if s.repack else "--no-repack", "-ngl", layers,
+            "-ctk", s.type_k, "-ctv", s.type_v, "-np", "1", "--no-webui", "--no-cache-prompt", "--cache-ram", "0",
+            "--host", HOST, "--port", str(port), *s.extra_args]
+
+
+def check_tool(bin_dir: Path) -> Path:
+    path = Path(bin_dir) / SERVER
+    if not path.is_file():
+        raise ServerError(f"--native-modes server-plain: {path} is missing; build the llama-server target as "
+                          "docs/BENCHMARKS.md says (section \"Comparing with llama.cpp itself\")")
+    return path
+
+
+class NativeServer:
+    """One llama-server process for the bench's lifetime; `complete` times one reply on it."""
+
+    def __init__(self, bin_dir: Path, settings: NativeSettings, log_dir: Path) -> None:
+        self.settings = settings
+        self._log_path = Path(log_dir) / "llama-server.log"
+        check_tool(bin_dir)
+        self.port = _free_port()
+        self.command = server_command(bin_dir, settings, self.port)
+        self._log = open(self._log_path, "wb")  # noqa: SIM115 (kept open while the server runs)
+        self._proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT)
+        self._wait_ready(settings.timeout_s)
+
+    def _url(self, path: str) -> str:
+        return f"http://{HOST}:{self.port}{path}"
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise ServerError(f"llama-server exited with status {self._proc.returncode} while loading"
+                                  f"{self._log_tail()}")
+            try:
+                with urllib.request.urlopen(self._url("/health"), timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.25)
+        self.close()
+        raise ServerError(f"llama-server did not answer /health within {timeout_s:.0f} s{self._log_tail()}")
+
+    def _log_tail(self, lines: int = 8) -> str:
+        try:
+            text = self._log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        last = [line for line in text.splitlines() if line.strip()][-lines:]
+        return (": last log lines:\n  " + "\n  ".join(last)) if last else ""
+
+    def complete(self, tokens: list[int], n_predict: int) -> dict[str, Any]:
+        """One reply: {"tokens", "text", "n_tokens", "tokens_per_second", "decode_ms", "prompt_ms",
+        "prompt_n"}, from the server's own timings."""
+        s = self.settings
+        body: dict[str, Any] = {
+            "prompt": list(tokens), "n_predict": n_predict, "cache_prompt": False, "return_tokens": True,
+            "stream": False, "temperature": s.temp, "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p,
+            "repeat_penalty": s.repeat_penalty, "repeat_last_n": s.repeat_last_n,
+            "frequency_penalty": s.frequency_penalty, "presence_penalty": s.presence_penalty}
+        if s.seed is not None and s.seed >= 0:
+            body["seed"] = s.seed
+        request = urllib.request.Request(self._url("/completion"), data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=s.timeout_s) as r:
+                data = json.loads(r.read())
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise ServerError(f"llama-server /completion failed: {exc}{self._log_tail()}") from exc
+        timings = data.get("timings") or {}
+        n, ms = int(timings.get("predicted_n", 0)), float(timings.get("predicted_ms", 0.0))
+        if n < 1 or "tokens" not in data:
+            raise ServerError(f"llama-server's reply has no timings or tokens: {sorted(data)}")
+        if int(timings.get("prompt_n", -1)) != len(tokens):
+            raise ServerError(f"llama-server processed {timings.get('prompt_n')} prompt tokens, not the {len(tokens)} "
+                              "sent: its timings would not be comparable")
+        return {"tokens": [int(t) for t in data["tokens"]], "text": str(data.get("content", "")), "n_tokens": n,
+                "tokens_per_second": (n - 1) * 1000.0 / ms if ms > 0 and n > 1 else 0.0, "decode_ms": ms,
+                "prompt_ms": float(timings.get("prompt_ms", 0.0)), "prompt_n": int(timings.get("prompt_n", 0))}
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._log.close()
