@@ -1,10 +1,10 @@
 """llama.cpp's `llama-server`, kept loaded for a whole bench: the native mode `server-plain`.
 
-Why: `llama-completion` is one process per timed run, and on these 2-core machines a process's one-token steps
-can run 44 or 58 ms for the same model (docs/BENCHMARKS.md, run 38), which drowns the 2-3% that issue 11's
-">= 0.97x" asks about. A server loaded once and timed in the same rounds as SpecChat's runs in the bench's own
-process (`--processes shared`) pairs a long-lived llama.cpp with a long-lived SpecChat, as a user's app and a
-user's llama-server are.
+Why: `llama-completion` is one process per timed run, while the app is one long-lived process. A server loaded
+once and timed in the same rounds as SpecChat's runs in the bench's own process (`--processes shared`) pairs a
+long-lived llama.cpp with a long-lived SpecChat, as a user's app and a user's llama-server are. It was hoped to
+steady the baseline too (one-token steps sat at 44 or 58 ms in different processes, run 38); it does not: its
+rounds swing as much as llama-completion's, so the swings are the machine's over time (docs/BENCHMARKS.md, run 39).
 
 Each run POSTs the exact prompt token ids SpecChat rendered to /completion, with `cache_prompt` off so the whole
 prompt is processed each time, and reads the server's own timings: `predicted_n` tokens, of which the first comes
