@@ -221,9 +221,7 @@ class NativePlan:
     def _serve(self, mode: str, tokens: list[int], n_predict: int) -> NativeResult:
         if self.server is None:
             self.server = native_server.NativeServer(self.settings.bin_dir, self.settings, self.workdir)
-        r = self.server.complete(tokens, n_predict)
-        return NativeResult(mode, (*self.server.command, "POST /completion"), r["n_tokens"], r["tokens_per_second"],
-                            r["decode_ms"], r["prompt_ms"], text=r["text"])
+        return self.server.complete(mode, tokens, n_predict)
 
     def close(self) -> None:
         if self.server is not None:

@@ -139,6 +139,14 @@ def _layers(n: int) -> str:
     return "all" if n < 0 else str(n)
 
 
+def model_args(s: NativeSettings) -> list[str]:
+    """The flags every llama.cpp tool of the bench shares with SpecChat's load: model, context, threads, attention,
+    repacking, GPU layers and KV cache types (llama-server's too, app/cli/native_server.py)."""
+    return ["-m", str(s.target), "-c", str(s.n_ctx), "-t", str(s.n_threads), "-fa", "on" if s.flash_attn else "off",
+            "--repack" if s.repack else "--no-repack", "-ngl", _layers(s.n_gpu_layers), "-ctk", s.type_k,
+            "-ctv", s.type_v]
+
+
 def command(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, n_prompt: int = 0) -> list[str]:
     if mode not in NATIVE_MODES:
         raise NativeError(f"Unknown llama.cpp mode {mode!r}: use one of {', '.join(NATIVE_MODES)}")
@@ -146,10 +154,8 @@ def command(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, n_p
     tool = COMPLETION if plain else SPECULATIVE
     # speculative-simple refuses a prompt longer than one logical batch; -ub keeps the compute chunks equal.
     n_batch = s.n_batch if plain else max(s.n_batch, n_prompt)
-    cmd = [str(Path(s.bin_dir) / tool), "-m", str(s.target), "-f", str(prompt_file), "--no-escape",
-           "-n", str(n_predict), "-c", str(s.n_ctx), "-b", str(n_batch), "-ub", str(s.n_batch),
-           "-t", str(s.n_threads), "-fa", "on" if s.flash_attn else "off", "--repack" if s.repack else "--no-repack",
-           "-ngl", _layers(s.n_gpu_layers), "-ctk", s.type_k, "-ctv", s.type_v,
+    cmd = [str(Path(s.bin_dir) / tool), *model_args(s), "-f", str(prompt_file), "--no-escape",
+           "-n", str(n_predict), "-b", str(n_batch), "-ub", str(s.n_batch),
            "--temp", repr(s.temp), "--top-k", str(s.top_k), "--top-p", repr(s.top_p), "--min-p", repr(s.min_p),
            "--repeat-penalty", repr(s.repeat_penalty), "--repeat-last-n", str(s.repeat_last_n),
            "--frequency-penalty", repr(s.frequency_penalty), "--presence-penalty", repr(s.presence_penalty)]
@@ -176,26 +182,27 @@ def run(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, prompt_
     try:
         proc = subprocess.run(cmd, capture_output=True, timeout=s.timeout_s)
     except subprocess.TimeoutExpired as exc:
-        raise NativeError(f"{tool} ({mode}) ran past {s.timeout_s:.0f} s{_tail(exc.stderr)}") from exc
+        raise NativeError(f"{tool} ({mode}) ran past {s.timeout_s:.0f} s{output_tail(exc.stderr)}") from exc
     except OSError as exc:
         raise NativeError(f"{tool} ({mode}) could not start: {exc}") from exc
     stdout = proc.stdout.decode("utf-8", errors="replace")
     stderr = proc.stderr.decode("utf-8", errors="replace")
     if proc.returncode != 0:
-        raise NativeError(f"{tool} ({mode}) exited with status {proc.returncode}{_tail(stderr)}")
+        raise NativeError(f"{tool} ({mode}) exited with status {proc.returncode}{output_tail(stderr)}")
     try:
         if mode in PLAIN_MODES:
             return _plain_result(mode, cmd, stdout, stderr)
         return _spec_result(mode, cmd, stdout, stderr, prompt_text)
     except ValueError as exc:
-        raise NativeError(f"{tool} ({mode}): {exc}{_tail(stderr)}") from exc
+        raise NativeError(f"{tool} ({mode}): {exc}{output_tail(stderr)}") from exc
 
 
-def _tail(stderr: str | bytes | None, lines: int = 8) -> str:
-    if isinstance(stderr, bytes):
-        stderr = stderr.decode("utf-8", errors="replace")
-    last = [line for line in (stderr or "").splitlines() if line.strip()][-lines:]
-    return (": last stderr lines:\n  " + "\n  ".join(last)) if last else ""
+def output_tail(output: str | bytes | None, lines: int = 8, what: str = "stderr") -> str:
+    """A tool's last non-empty output lines, as the end of an error message ("" when there are none)."""
+    if isinstance(output, bytes):
+        output = output.decode("utf-8", errors="replace")
+    last = [line for line in (output or "").splitlines() if line.strip()][-lines:]
+    return (f": last {what} lines:\n  " + "\n  ".join(last)) if last else ""
 
 
 def parse_completion_timings(stderr: str) -> tuple[int, float, float, float]:

@@ -9,7 +9,8 @@ rounds swing as much as llama-completion's, so the swings are the machine's over
 Each run POSTs the exact prompt token ids SpecChat rendered to /completion, with `cache_prompt` off so the whole
 prompt is processed each time, and reads the server's own timings: `predicted_n` tokens, of which the first comes
 from the prompt's logits, in `predicted_ms` from the prompt's end to the last token: (n - 1) / ms, SpecChat's
-and llama-completion's measure. `return_tokens` gives the reply's ids, `content` its text.
+and llama-completion's measure. `content`, the reply's text, is compared with SpecChat's plain reply as
+llama-completion's is.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from app.cli.native_bench import NativeSettings
+from app.cli.native_bench import NativeResult, NativeSettings, model_args, output_tail
 from app.cli.options import UserError
 
 SERVER = "llama-server"
@@ -44,11 +45,8 @@ def server_command(bin_dir: Path, settings: NativeSettings, port: int) -> list[s
     """llama-server with the same model, context, batch, threads, attention, repacking, layers and KV types as
     llama-completion gets from the bench (native_bench.command), one slot, no web UI, no prompt cache."""
     s = settings
-    layers = "all" if s.n_gpu_layers < 0 else str(s.n_gpu_layers)
-    return [str(Path(bin_dir) / SERVER), "-m", str(s.target), "-c", str(s.n_ctx), "-b", str(s.n_batch),
-            "-ub", str(s.n_batch), "-t", str(s.n_threads), "-tb", str(s.n_threads),
-            "-fa", "on" if s.flash_attn else "off", "--repack" if s.repack else "--no-repack", "-ngl", layers,
-            "-ctk", s.type_k, "-ctv", s.type_v, "-np", "1", "--no-webui", "--no-cache-prompt", "--cache-ram", "0",
+    return [str(Path(bin_dir) / SERVER), *model_args(s), "-b", str(s.n_batch), "-ub", str(s.n_batch),
+            "-tb", str(s.n_threads), "-np", "1", "--no-webui", "--no-cache-prompt", "--cache-ram", "0",
             "--host", HOST, "--port", str(port), *s.extra_args]
 
 
@@ -92,17 +90,14 @@ class NativeServer:
         self.close()
         raise ServerError(f"llama-server did not answer /health within {timeout_s:.0f} s{self._log_tail()}")
 
-    def _log_tail(self, lines: int = 8) -> str:
+    def _log_tail(self) -> str:
         try:
-            text = self._log_path.read_text(errors="replace")
+            return output_tail(self._log_path.read_text(errors="replace"), what="log")
         except OSError:
             return ""
-        last = [line for line in text.splitlines() if line.strip()][-lines:]
-        return (": last log lines:\n  " + "\n  ".join(last)) if last else ""
 
-    def complete(self, tokens: list[int], n_predict: int) -> dict[str, Any]:
-        """One reply: {"tokens", "text", "n_tokens", "tokens_per_second", "decode_ms", "prompt_ms",
-        "prompt_n"}, from the server's own timings."""
+    def complete(self, mode: str, tokens: list[int], n_predict: int) -> NativeResult:
+        """One reply as the bench's row `mode`, timed by the server's own timings."""
         s = self.settings
         body: dict[str, Any] = {
             "prompt": list(tokens), "n_predict": n_predict, "cache_prompt": False, "return_tokens": True,
@@ -125,9 +120,9 @@ class NativeServer:
         if int(timings.get("prompt_n", -1)) != len(tokens):
             raise ServerError(f"llama-server processed {timings.get('prompt_n')} prompt tokens, not the {len(tokens)} "
                               "sent: its timings would not be comparable")
-        return {"tokens": [int(t) for t in data["tokens"]], "text": str(data.get("content", "")), "n_tokens": n,
-                "tokens_per_second": (n - 1) * 1000.0 / ms if ms > 0 and n > 1 else 0.0, "decode_ms": ms,
-                "prompt_ms": float(timings.get("prompt_ms", 0.0)), "prompt_n": int(timings.get("prompt_n", 0))}
+        return NativeResult(mode, (*self.command, "POST /completion"), n,
+                            (n - 1) * 1000.0 / ms if ms > 0 and n > 1 else 0.0, ms,
+                            float(timings.get("prompt_ms", 0.0)), text=str(data.get("content", "")))
 
     def close(self) -> None:
         if self._proc.poll() is None:
