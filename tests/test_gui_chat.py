@@ -97,6 +97,9 @@ def test_reply_shows_every_fate_and_matching_stats(window: Any, qtbot: Any) -> N
     assert panel.text("acceptance_rate") == f"{stats.acceptance_rate:.1%} ({stats.accepted}/{stats.drafted})"
     assert panel.text("mean_accepted_length") == f"{stats.mean_accepted_length:.2f} tokens/step"
     assert panel.text("k") == format_value("k", panel.stats) and panel.stats.k == stats.final_k
+    total = stats.draft_ms + stats.verify_ms + stats.other_ms
+    assert panel.text("time_split") == (f"draft {stats.draft_ms / total:.0%} · target {stats.verify_ms / total:.0%}"
+                                        f" · other {stats.other_ms / total:.0%}")
     plots = panel.plots()
     assert plots["by_position"] == stats.per_position_acceptance
     hist = stats.accepted_length_histogram

@@ -13,7 +13,7 @@ from ui.stats.bar_plot import BarPlot
 from ui.stats.line_plot import LinePlot
 from ui.stats.split_bar import SplitBar
 
-SPLIT_COLOURS = ("#E69F00", "#0072B2", "#999999")  # draft (orange), verify (blue), other (grey)
+SPLIT_COLOURS = ("#E69F00", "#0072B2", "#999999")  # draft (orange), target (blue), other (grey)
 FIELDS = ("tokens_per_second", "acceptance_rate", "mean_accepted_length", "k", "governor", "time_split")
 TITLES = {
     "tokens_per_second": "Speed",
@@ -45,11 +45,13 @@ def format_value(key: str, stats: LiveStats) -> str:
         what = "long copies: " if g.scope == "copy" else ""
         return f"{what}{g.action} K {g.k_before}→{g.k_after} at step {g.step}"
     if key == "time_split":
-        draft, verify, other = stats.time_split
-        total = draft + verify + other
+        # The engine's verify time is every target pass: one-token steps while nothing is drafted as well as
+        # verifies of drafts, so in lookup mode "verify 98%" read as if nearly every step had verified a draft.
+        draft, target, other = stats.time_split
+        total = draft + target + other
         if total <= 0 or nothing:
             return "—"
-        return f"draft {draft / total:.0%} · verify {verify / total:.0%} · other {other / total:.0%}"
+        return f"draft {draft / total:.0%} · target {target / total:.0%} · other {other / total:.0%}"
     raise KeyError(key)
 
 
@@ -67,7 +69,8 @@ class StatsPanel(QWidget):
             self._labels[key] = label
             form.addRow(TITLES[key], label)
         self._split = SplitBar(SPLIT_COLOURS)
-        self._split.setToolTip("Decode time: draft model (orange), target verify (blue), Python bookkeeping (grey)")
+        self._split.setToolTip("Decode time: draft model (orange), target passes: verifies and one-token steps (blue), "
+                               "Python bookkeeping (grey)")
         form.addRow("", self._split)
         self._by_position = BarPlot("Acceptance by draft position", FATE_COLOURS[TokenFate.ACCEPTED],
                                     fraction=True, first_label=1)
