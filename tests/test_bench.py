@@ -727,7 +727,7 @@ def test_bench_replay_out_records_a_corpus_that_bench_replay_replays(smol_path, 
 def test_server_command_shares_specchat_settings():
     from app.cli.native_server import server_command
 
-    cmd = server_command(Path("/opt/llama"), _settings(repack=True, n_gpu_layers=0), 8123)
+    cmd = server_command(_settings(repack=True, n_gpu_layers=0), 8123)  # bin_dir /opt/llama
     assert cmd[0] == "/opt/llama/llama-server"
     for flag, value in (("-m", "t.gguf"), ("-c", "4096"), ("-t", "2"), ("-tb", "2"), ("-fa", "on"), ("-ngl", "0"),
                         ("-ctk", "f16"), ("-np", "1"), ("--cache-ram", "0"), ("--port", "8123"), ("-ub", "512")):

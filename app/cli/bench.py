@@ -220,7 +220,7 @@ class NativePlan:
 
     def _serve(self, mode: str, tokens: list[int], n_predict: int) -> NativeResult:
         if self.server is None:
-            self.server = native_server.NativeServer(self.settings.bin_dir, self.settings, self.workdir)
+            self.server = native_server.NativeServer(self.settings, self.workdir)
         return self.server.complete(mode, tokens, n_predict)
 
     def close(self) -> None:

@@ -41,11 +41,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_command(bin_dir: Path, settings: NativeSettings, port: int) -> list[str]:
+def server_command(settings: NativeSettings, port: int) -> list[str]:
     """llama-server with the same model, context, batch, threads, attention, repacking, layers and KV types as
     llama-completion gets from the bench (native_bench.command), one slot, no web UI, no prompt cache."""
     s = settings
-    return [str(Path(bin_dir) / SERVER), *model_args(s), "-b", str(s.n_batch), "-ub", str(s.n_batch),
+    return [str(Path(s.bin_dir) / SERVER), *model_args(s), "-b", str(s.n_batch), "-ub", str(s.n_batch),
             "-tb", str(s.n_threads), "-np", "1", "--no-webui", "--no-cache-prompt", "--cache-ram", "0",
             "--host", HOST, "--port", str(port), *s.extra_args]
 
@@ -61,15 +61,19 @@ def check_tool(bin_dir: Path) -> Path:
 class NativeServer:
     """One llama-server process for the bench's lifetime; `complete` times one reply on it."""
 
-    def __init__(self, bin_dir: Path, settings: NativeSettings, log_dir: Path) -> None:
+    def __init__(self, settings: NativeSettings, log_dir: Path) -> None:
         self.settings = settings
         self._log_path = Path(log_dir) / "llama-server.log"
-        check_tool(bin_dir)
+        check_tool(settings.bin_dir)
         self.port = _free_port()
-        self.command = server_command(bin_dir, settings, self.port)
+        self.command = server_command(settings, self.port)
         self._log = open(self._log_path, "wb")  # noqa: SIM115 (kept open while the server runs)
         self._proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT)
-        self._wait_ready(settings.timeout_s)
+        try:
+            self._wait_ready(settings.timeout_s)
+        except ServerError:
+            self.close()  # the caller never gets this object to close: stop the process, close its log
+            raise
 
     def _url(self, path: str) -> str:
         return f"http://{HOST}:{self.port}{path}"
@@ -87,7 +91,6 @@ class NativeServer:
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.25)
-        self.close()
         raise ServerError(f"llama-server did not answer /health within {timeout_s:.0f} s{self._log_tail()}")
 
     def _log_tail(self) -> str:
