@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,10 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor
 
 from app.chat.conversations import ChatStore, Message
+from app.engine.events import PrefillEvent
+from app.engine.ngram import common_prefix
+from app.engine.sampling import SamplingParams
+from app.engine.session import GenParams
 from app.settings import Settings
 from tests.gui_support import fragments, gui_home, open_window
 from ui.chat.transcript_view import PROP_ACTION
@@ -479,3 +484,32 @@ def test_a_chat_set_to_greedy_replies_greedily_whatever_the_default(window: Any,
         assert window.runs()[-1][1].sampling.greedy
     finally:
         window._apply_settings({"sampling": "greedy"})
+
+
+def test_a_follow_up_reuses_the_ids_of_a_sampled_reply(window: Any, qtbot: Any, monkeypatch: Any) -> None:
+    """A sampled reply whose text tokenizes to other ids (turn_memory): the next turn's prompt, built by the
+    controller from the saved chat, starts with the ids the target wrote, so only the new turn is prefilled."""
+    session = window.worker._runner._session
+    finishes: list[Any] = []
+    prefills: list[PrefillEvent] = []
+    window.worker.finished.connect(lambda _name, event: finishes.append(event))
+    window.worker.events.connect(lambda _name, events: prefills.extend(
+        e for e in events if isinstance(e, PrefillEvent) and e.model == "target"))
+    hot = SamplingParams(temperature=1.6, top_k=0, top_p=1.0, min_p=0.0)
+    for seed in range(12):
+        window._on_new_action_triggered()
+        runs = [("chat", GenParams("none", 48, sampling=replace(hot, seed=seed)))]
+        monkeypatch.setattr(window, "runs", lambda runs=runs: runs)
+        _wait_reply(window, qtbot, lambda: window.submit("Write a short poem about rivers."))
+        held = [*finishes[-1].prompt_tokens, *finishes[-1].tokens]
+        follow = [*window.controller.conv.chat_messages(), {"role": "user", "content": "Shorter."}]
+        if common_prefix(held, session.chat_prompt(follow)) < len(held):
+            break
+    else:
+        pytest.fail("no seed wrote a reply that re-tokenizes to other ids")
+    monkeypatch.undo()  # the window's own run (greedy, 8 tokens)
+    prefills.clear()
+    _wait_reply(window, qtbot, lambda: window.submit("Shorter."))
+    prompt = list(finishes[-1].prompt_tokens)
+    assert prompt[:len(held)] == held
+    assert prefills and prefills[-1].total <= len(prompt) - len(held) + 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,12 @@ from app.engine.drafters import (
     NoDrafter,
     auto_mode,
 )
-from app.engine.events import Event
+from app.engine.events import Event, FinishEvent
 from app.engine.memory_plan import check_fits, placing_for, predict_for_config
 from app.engine.pair_config import PairConfig
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import SpecEngine, SpecParams, resolve_copies
+from app.engine.turn_memory import TurnMemory
 from app.llama_backend import (
     ContextConfig,
     LlamaContext,
@@ -85,6 +87,8 @@ class SpecSession:
             self.draft_ctx = LlamaContext(self.draft_model, replace(ctx_cfg, n_ctx=config.n_ctx_draft or config.n_ctx,
                                                                     n_threads=draft_threads))
         self._engines: dict[str, SpecEngine] = {}
+        self._turns = TurnMemory()
+        self._rendered: dict[tuple[int, ...], str] = {}  # follow-up prompts' ids -> their text, newest last
 
     @property
     def available_modes(self) -> tuple[str, ...]:
@@ -150,30 +154,60 @@ class SpecSession:
                             **({"endpoint": endpoint} if endpoint else {})})
         return out
 
-    def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
-        """Ending on an assistant message means "continue this reply" (one cut by the token limit)."""
+    def chat_prompt(self, messages: Sequence[dict[str, Any]], reuse_replies: bool = False) -> list[int]:
+        """Ending on an assistant message means "continue this reply" (one cut by the token limit).
+
+        `reuse_replies` (a chat's follow-up turn): where the text starts with an earlier prompt and the reply
+        generated for it, take their ids as the target saw and wrote them (turn_memory), so the KV cache's prefix
+        still matches; otherwise the text is tokenized whole, as it always is without the flag."""
         model = self.target_model
         text = chat_template.render(model.chat_template(), messages,
                                     bos=model.token_text(model.bos) if model.bos >= 0 else "",
                                     eos=model.token_text(model.eos) if model.eos >= 0 else "",
                                     continue_final=bool(messages) and messages[-1].get("role") == "assistant")
-        return model.tokenize(text, add_special=True, parse_special=True)
+        if not reuse_replies:
+            return model.tokenize(text, add_special=True, parse_special=True)
+        tokens = self._turns.prompt(text, lambda part, first: model.tokenize(part, add_special=first,
+                                                                              parse_special=True))
+        key = tuple(tokens)
+        self._rendered.pop(key, None)
+        self._rendered[key] = text
+        while len(self._rendered) > 8:
+            del self._rendered[next(iter(self._rendered))]
+        return tokens
 
     def generate(self, prompt: Sequence[int], params: GenParams,
                  cancel: threading.Event | None = None) -> Iterator[Event]:
         spec = self.resolve_spec(params.spec)
         engine = self._engine(params.mode, spec)
-        return engine.generate(prompt, params.n_predict, params.sampling, spec, cancel,
-                               params.track_margins)
+        events = engine.generate(prompt, params.n_predict, params.sampling, spec, cancel, params.track_margins)
+        text = self._rendered.get(tuple(prompt))
+        return events if text is None else self._remembering(events, prompt, text)
+
+    def _remembering(self, events: Generator[Event, None, None], prompt: Sequence[int], text: str) -> Iterator[Event]:
+        """Pass the events on; remember the finished reply's ids for the follow-up when they spell its text
+        exactly (not when a character was cut off at the end, or a control token, which renders as nothing, was
+        written)."""
+        model = self.target_model
+        with closing(events):  # a consumer that stops early closes the engine's run too (its cache rewind)
+            for event in events:
+                if isinstance(event, FinishEvent) and all(model.piece(t) for t in event.tokens) \
+                        and model.detokenize(event.tokens) == event.text:
+                    self._turns.remember(text + event.text, (*prompt, *event.tokens))
+                yield event
 
     def generate_chat(self, messages: Sequence[dict[str, Any]], params: GenParams,
                       cancel: threading.Event | None = None) -> Iterator[Event]:
-        return self.generate(self.chat_prompt(messages), params, cancel)
+        """One turn of a chat: the prompt reuses the ids of the turns before it (chat_prompt's reuse_replies)."""
+        return self.generate(self.chat_prompt(messages, reuse_replies=True), params, cancel)
 
     def clear_caches(self) -> None:
         """Forget every cached prompt, so the next reply prefills from scratch as a freshly started llama.cpp
         does. A reused prefix was computed in other batches, and CPU kernels can round a row differently by
-        its place in a batch: enough to flip a near-tie in the first token (the bench compares replies)."""
+        its place in a batch: enough to flip a near-tie in the first token (the bench compares replies). The ids of
+        earlier replies are forgotten too: the next prompt is tokenized whole."""
+        self._turns.clear()
+        self._rendered.clear()
         for ctx in (self.target_ctx, self.draft_ctx):
             if ctx is not None:
                 ctx.clear()

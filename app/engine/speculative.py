@@ -15,7 +15,7 @@ from __future__ import annotations
 import codecs
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -155,7 +155,7 @@ class SpecEngine:
         spec: SpecParams | None = None,
         cancel: threading.Event | None = None,
         track_margins: bool = False,
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         sampling = sampling or SamplingParams()
         spec = spec or SpecParams()
         sampling.validate()

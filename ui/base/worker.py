@@ -209,7 +209,8 @@ class _Runner(QObject):
         def count(msgs: list[dict[str, str]]) -> int:
             return len(self._session.chat_prompt(msgs))
 
-        prompt = self._session.chat_prompt(messages)
+        # A follow-up reuses the ids of the replies before it, so the cached prefix still matches (turn_memory).
+        prompt = self._session.chat_prompt(messages, reuse_replies=True)
         needed = len(prompt)
         self._put("context", "", (needed, n_ctx))
         if needed + room <= n_ctx:
@@ -222,7 +223,7 @@ class _Runner(QObject):
             raise ValueError(f"The newest prompt alone needs {fit.prompt_tokens} tokens, which leaves no room for a "
                              f"reply in the {n_ctx}-token context: shorten it, or raise Context in Settings.")
         self._put("trimmed", "", (fit.dropped_turns, fit.prompt_tokens, n_ctx))
-        return list(self._session.chat_prompt(fit.messages))
+        return list(self._session.chat_prompt(fit.messages, reuse_replies=True))
 
     @Slot()
     def close(self) -> None:
