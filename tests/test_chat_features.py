@@ -157,6 +157,37 @@ def test_fit_messages_drops_the_oldest_turns_first() -> None:
     assert not fit_messages(history, count, n_ctx=30, room=10).fits
 
 
+def test_a_trimmed_chat_keeps_its_start_until_more_must_go() -> None:
+    """Left-out turns stay out while the rest fits, so the prompt starts as before and the model's cache of it
+    serves; when more must go, the history drops to half of its space (llama.cpp's context shift)."""
+    from app.chat.context_fit import fit_messages
+
+    def count(msgs: list[dict[str, str]]) -> int:
+        return sum(len(m["content"]) + 4 for m in msgs)
+
+    history = [{"role": "system", "content": "s" * 10}]
+    for i in range(8):
+        history += [{"role": "user", "content": f"q{i}" * 10}, {"role": "assistant", "content": f"a{i}" * 20}]
+    history.append({"role": "user", "content": "new"})
+    n_ctx, room = 600, 50  # the whole history takes 14 + 8 * 68 + 7 = 565 of the 550 it may use
+    first = fit_messages(history, count, n_ctx, room)
+    assert first.fits and first.prompt_tokens <= (n_ctx - room) // 2 < count(
+        history[:1] + history[1 + 2 * (first.dropped_turns - 1):])  # one turn fewer would be over half
+    cuts = [first.dropped_turns]
+    for i in range(8):  # each turn adds 68 tokens: the cut stays until the history outgrows n_ctx - room
+        history[-1:] = [{"role": "user", "content": f"n{i}" * 10}, {"role": "assistant", "content": f"b{i}" * 20},
+                        {"role": "user", "content": "new"}]
+        fit = fit_messages(history, count, n_ctx, room, cuts[-1])
+        assert fit.fits and fit.messages[-1] == {"role": "user", "content": "new"}
+        if fit.dropped_turns == cuts[-1]:  # the same start: what the model read before is a prefix again
+            assert fit.prompt_tokens + room <= n_ctx
+        else:
+            assert fit.dropped_turns > cuts[-1] and fit.prompt_tokens <= (n_ctx - room) // 2
+        cuts.append(fit.dropped_turns)
+    shifts = sum(a != b for a, b in zip(cuts, cuts[1:], strict=False))
+    assert 1 <= shifts <= 2 and sorted(cuts) == cuts  # dropping the minimum each turn would start later every turn
+
+
 def test_lazy_load_reads_only_the_index_until_a_chat_is_opened(home: Path) -> None:
     store = ChatStore()
     ids = []

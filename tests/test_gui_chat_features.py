@@ -263,6 +263,19 @@ def test_overflow_offers_a_choice_then_leaves_out_the_oldest_turns(window: Any, 
     assert window.context_bar.isVisible() and window.context_bar.maximum() == 1024
     assert 0 < window.context_bar.value() <= 1024
 
+    # The next turn keeps the same turns out while the rest fits (the history went down to half the context;
+    # a long prompt now takes it over half, where dropping anew would leave out more), so the prompt starts as
+    # before and only the new turn is processed, not the whole history again.
+    left_out = window.controller._left_out[conv.id]
+    prefills: list[PrefillEvent] = []
+    window.worker.events.connect(lambda _name, events: prefills.extend(
+        e for e in events if isinstance(e, PrefillEvent) and e.model == "target"))
+    trims: list[list[int]] = []
+    window.worker.contextTrimmed.connect(lambda *args: trims.append(list(args)))
+    _wait_reply(window, qtbot, lambda: window.submit("And these? " + "words " * 250))
+    assert trims[-1][0] == left_out > 0 and 1024 // 2 < trims[-1][1] <= 1024 - 8
+    assert prefills and prefills[-1].total < 300  # the new prompt (and the last reply's undecoded token)
+
 
 def test_overflow_can_continue_in_a_new_chat(window: Any, qtbot: Any) -> None:
     conv = _long_chat(window)

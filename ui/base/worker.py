@@ -39,6 +39,7 @@ class Job:
     # A history longer than the context: "ask" ends the job with an "overflow" item (nothing runs),
     # "drop" leaves out the oldest turns (app.chat.context_fit) and says how many.
     overflow: str = "ask"
+    left_out: int = 0  # turns the chat's last reply left out: kept out while the rest fits (its cache serves)
 
 
 @dataclass(frozen=True)
@@ -214,11 +215,12 @@ class _Runner(QObject):
         needed = len(prompt)
         self._put("context", "", (needed, n_ctx))
         if needed + room <= n_ctx:
+            self._put("trimmed", "", (0, needed, n_ctx))
             return list(prompt)
         if job.overflow == "ask":
             self._put("overflow", "", (needed, n_ctx))
             return None
-        fit = fit_messages(messages, count, n_ctx, room)
+        fit = fit_messages(messages, count, n_ctx, room, job.left_out)
         if not fit.fits:
             raise ValueError(f"The newest prompt alone needs {fit.prompt_tokens} tokens, which leaves no room for a "
                              f"reply in the {n_ctx}-token context: shorten it, or raise Context in Settings.")
@@ -252,7 +254,7 @@ class GenerationWorker(QObject):
     jobDone = Signal(bool)  # every run of the job has ended; False after an error
     contextUsed = Signal(int, int)  # tokens of the templated history before the reply, n_ctx
     contextOverflow = Signal(int, int)  # the history needs this many tokens, more than n_ctx allows: nothing ran
-    contextTrimmed = Signal(int, int, int)  # turns left out, tokens sent, n_ctx
+    contextTrimmed = Signal(int, int, int)  # turns left out (0: the whole history fits), tokens sent, n_ctx
     rpcLost = Signal(str)  # an RPC server stopped answering: the reply so far stays, the session is gone
     # A greedy comparison parted: None when its replay starts, then the PartingCheck (before jobDone).
     partingChecked = Signal(object)
@@ -295,13 +297,13 @@ class GenerationWorker(QObject):
         self._loadRequested.emit(config, self._load_cancel)
 
     def start(self, messages: Sequence[dict[str, str]], runs: Sequence[tuple[str, GenParams]],
-              overflow: str = "ask") -> None:
+              overflow: str = "ask", left_out: int = 0) -> None:
         if self._refuse_after_rpc_loss():
             self.jobDone.emit(False)
             return
         self._cancel = threading.Event()
         self._busy = True
-        self._runRequested.emit(Job(tuple(messages), tuple(runs), overflow), self._cancel)
+        self._runRequested.emit(Job(tuple(messages), tuple(runs), overflow, left_out), self._cancel)
 
     def stop(self) -> None:
         self._cancel.set()

@@ -80,6 +80,9 @@ class ChatController(QObject):
         worker.partingChecked.connect(self._on_worker_partingChecked)
         self._compared: tuple[Conversation, Message] | None = None  # the last comparison's reply, for its check
         self.n_ctx = 0  # of the loaded pair, as the worker last reported it
+        # Turns each chat's last reply left out of what the model read: the next reply keeps them out while the
+        # rest fits, so the prompt starts as before and the model's cache of it serves (context_fit).
+        self._left_out: dict[str, int] = {}
         self._prefilling = False
 
     # --- conversations -------------------------------------------------------------------------------
@@ -284,7 +287,7 @@ class ChatController(QObject):
         self._error = ""
         self.stats.reset()
         self.errors.hide()
-        self.worker.start(history, runs, self.conv.overflow or "ask")
+        self.worker.start(history, runs, self.conv.overflow or "ask", self._left_out.get(self.conv.id, 0))
         self.conversationsChanged.emit()
         self.busyChanged.emit(True)
         return True
@@ -369,10 +372,13 @@ class ChatController(QObject):
     @Slot(int, int, int)
     def _on_worker_contextTrimmed(self, dropped: int, used: int, n_ctx: int) -> None:
         self.contextChanged.emit(used, n_ctx)
+        if self.recorder is not None:
+            self._left_out[self.recorder.conv.id] = dropped
         if dropped:
             turns = "turn was" if dropped == 1 else "turns were"
             self.errors.show_message(f"The {dropped} oldest {turns} left out of what the model reads, so this "
-                                     f"conversation fits its {n_ctx:,}-token context (the chat keeps them).", "info")
+                                     f"conversation fits its {n_ctx:,}-token context with room for the next "
+                                     "turns (the chat keeps them).", "info")
 
     @Slot(str)
     def _on_worker_error(self, text: str) -> None:
