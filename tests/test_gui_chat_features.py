@@ -180,6 +180,38 @@ def test_short_chat_is_on_screen_when_set_messages_returns(qapp: Any, qtbot: Any
     assert "first question" in view.toPlainText() and "second answer" in view.toPlainText()
 
 
+def test_the_view_stays_on_the_newest_text_when_its_scroll_range_grows(qapp: Any, qtbot: Any) -> None:
+    """At the end of the transcript, the view stays there when the scroll range grows without the bar moving (a
+    banner above it, a document laid out after the swap): seen under Xvfb, a long chat's overflow banner left the
+    view short of the end, and the new prompt and its streaming reply were off screen. Scrolled back, it stays."""
+    from ui.chat.transcript_view import TranscriptView
+
+    messages = []
+    for i in range(10):
+        messages += [Message("user", f"question {i}"), Message("assistant", f"answer {i} " + "words " * 80)]
+    view = TranscriptView(actions=True)
+    qtbot.addWidget(view)
+    view.resize(600, 300)
+    view.show()
+    with qtbot.waitSignal(view.rendered, timeout=10_000):
+        view.set_messages(messages)
+    bar = view.verticalScrollBar()
+    assert 0 < bar.value() == bar.maximum()
+
+    def grow() -> None:  # text added below without the view's own calls, which scroll themselves
+        before = bar.maximum()
+        cursor = QTextCursor(view.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertText("\nmore" * 20)
+        qtbot.waitUntil(lambda: bar.maximum() > before, timeout=5_000)
+
+    grow()
+    assert bar.value() == bar.maximum()
+    bar.setValue(0)  # the user reads back
+    grow()
+    assert bar.value() == 0
+
+
 def test_long_chat_opens_on_its_newest_messages_without_blocking(qapp: Any, qtbot: Any) -> None:
     """A 200-message chat is built a slice at a time in a detached document: the call returns at
     once, the newest 40 messages arrive together, and "Show earlier messages" brings the rest."""

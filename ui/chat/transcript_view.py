@@ -112,6 +112,22 @@ class TranscriptView(QTextBrowser):
         self._render_timer = QTimer(self)
         self._render_timer.setInterval(0)
         self._render_timer.timeout.connect(self._on_render_timer_timeout)
+        # Stay on the newest text while the view is at its end. A banner shown above the transcript, a resize or
+        # a document laid out after the swap changes the scroll range without moving the bar: that left it a
+        # banner's height short of the end, and a streaming reply then stopped following (seen under Xvfb).
+        self._stick = True
+        bar = self.verticalScrollBar()
+        bar.valueChanged.connect(self._on_vertical_bar_valueChanged)
+        bar.rangeChanged.connect(self._on_vertical_bar_rangeChanged)
+
+    @Slot(int)
+    def _on_vertical_bar_valueChanged(self, value: int) -> None:
+        self._stick = value >= self.verticalScrollBar().maximum() - 4
+
+    @Slot(int, int)
+    def _on_vertical_bar_rangeChanged(self, _minimum: int, maximum: int) -> None:
+        if self._stick:
+            self.verticalScrollBar().setValue(maximum)
 
     # --- options ---------------------------------------------------------------------------------
 
@@ -518,7 +534,7 @@ class TranscriptView(QTextBrowser):
 
     def _at_bottom(self) -> bool:
         bar = self.verticalScrollBar()
-        return bar.value() >= bar.maximum() - 4
+        return self._stick or bar.value() >= bar.maximum() - 4
 
     def _scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
