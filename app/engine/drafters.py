@@ -16,6 +16,7 @@ from typing import Protocol
 
 from app.engine.ngram import NgramParams, PromptLookup
 from app.engine.penalties import PenaltyWindow
+from app.engine.prompt_cache import PromptCache
 from app.engine.sampling import Dist, SampleNoise, SamplingParams, distribution, point_mass, top_prob
 from app.llama_backend import LlamaContext
 
@@ -245,6 +246,7 @@ class ModelDrafter:
         self.p_min = p_min
         self.draft_min = draft_min
         self.one_row_catch_up = False  # SpecParams.steady_shapes: drafting's one-row passes keep their CUDA graph
+        self.prompt_cache: PromptCache | None = None  # the session's kept draft caches of earlier prompts
         self._agreed = 0
         self._window: PenaltyWindow | None = None
 
@@ -266,6 +268,8 @@ class ModelDrafter:
     def _prefill(self, context: list[int]) -> Iterator[tuple[int, int]]:
         # A generator of its own, so that prepare() resets the reply's state even if it is never iterated.
         # The last token is decoded again even when cached: its logits are what the first draft starts from.
+        if self.prompt_cache is not None:
+            self.prompt_cache.swap_in(self.ctx, context[:-1])  # another chat's cache out, this one's back in
         tail = context[self.ctx.keep_common_prefix(context[:-1]):]
         for done in self.ctx.decode_batches(tail):
             yield done, len(tail)

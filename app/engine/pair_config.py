@@ -28,3 +28,7 @@ class PairConfig:
     # llama.cpp RPC servers ("HOST:PORT") whose devices join the local ones for the target; the draft
     # stays on this machine (its steps are many and small: a network round trip each would eat the gain).
     rpc: tuple[str, ...] = ()
+    # Host memory for the target's caches of earlier prompts (app/engine/prompt_cache): going back to a chat
+    # then skips processing its history again. -1: 1 GiB or a sixteenth of the RAM, whichever is less (none over
+    # RPC, where a copy would cross the network); 0: none.
+    prompt_cache_mb: int = -1

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from app.engine.drafters import (
     CHOICES,
     MODES,
@@ -25,6 +27,7 @@ from app.engine.drafters import (
 from app.engine.events import Event, FinishEvent
 from app.engine.memory_plan import check_fits, placing_for, predict_for_config
 from app.engine.pair_config import PairConfig
+from app.engine.prompt_cache import PromptCache
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import SpecEngine, SpecParams, resolve_copies
 from app.engine.turn_memory import TurnMemory
@@ -87,6 +90,10 @@ class SpecSession:
             self.draft_ctx = LlamaContext(self.draft_model, replace(ctx_cfg, n_ctx=config.n_ctx_draft or config.n_ctx,
                                                                     n_threads=draft_threads))
         self._engines: dict[str, SpecEngine] = {}
+        # Kept caches of earlier prompts, a quarter of the budget for the draft model's (its cache is the smaller).
+        budget = prompt_cache_bytes(config)
+        self.prompt_cache = PromptCache(budget - budget // 4) if budget > 0 else None
+        self.draft_prompt_cache = PromptCache(budget // 4) if budget > 0 and self.draft_ctx is not None else None
         self._turns = TurnMemory()
         self._rendered: dict[tuple[int, ...], str] = {}  # follow-up prompts' ids -> their text, newest last
 
@@ -129,12 +136,13 @@ class SpecSession:
             else:
                 drafter = {"none": NoDrafter, "lookup": LookupDrafter}[mode]()
             # All engines share one target context, which records what its cache holds.
-            engine = SpecEngine(self.target_ctx, drafter)
+            engine = SpecEngine(self.target_ctx, drafter, prompt_cache=self.prompt_cache)
             self._engines[mode] = engine
         model_drafter = engine.drafter.model if isinstance(engine.drafter, HybridDrafter) else engine.drafter
         if isinstance(model_drafter, ModelDrafter):
             model_drafter.p_min, model_drafter.draft_min = spec.p_min, spec.draft_min
             model_drafter.one_row_catch_up = spec.steady_shapes
+            model_drafter.prompt_cache = self.draft_prompt_cache
         return engine
 
     def device_layers(self) -> list[dict[str, Any]]:
@@ -205,9 +213,13 @@ class SpecSession:
         """Forget every cached prompt, so the next reply prefills from scratch as a freshly started llama.cpp
         does. A reused prefix was computed in other batches, and CPU kernels can round a row differently by
         its place in a batch: enough to flip a near-tie in the first token (the bench compares replies). The ids of
-        earlier replies are forgotten too: the next prompt is tokenized whole."""
+        earlier replies and the kept caches of earlier prompts are forgotten too: the next prompt is tokenized and
+        processed whole."""
         self._turns.clear()
         self._rendered.clear()
+        for cache in (self.prompt_cache, self.draft_prompt_cache):
+            if cache is not None:
+                cache.clear()
         for ctx in (self.target_ctx, self.draft_ctx):
             if ctx is not None:
                 ctx.clear()
@@ -228,6 +240,15 @@ class SpecSession:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def prompt_cache_bytes(config: PairConfig) -> int:
+    """The host memory PairConfig.prompt_cache_mb allows for kept prompt caches."""
+    if config.prompt_cache_mb >= 0:
+        return config.prompt_cache_mb << 20
+    if config.rpc:
+        return 0
+    return min(1 << 30, psutil.virtual_memory().total // 16)
 
 
 def check_pair_or_raise(target: Path, draft: Path) -> None:

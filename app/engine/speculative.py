@@ -47,6 +47,7 @@ from app.engine.events import (
 )
 from app.engine.governor import COPY_TUNING, Governor
 from app.engine.penalties import PenaltyWindow
+from app.engine.prompt_cache import PromptCache
 from app.engine.sampling import SampleNoise, SamplingParams, distribution, top_two_margin
 from app.llama_backend import ContextFullError, LlamaContext
 
@@ -118,10 +119,11 @@ class SpecEngine:
     """Drives one target context and one drafter. Owned by a single thread."""
 
     def __init__(self, target: LlamaContext, drafter: Drafter,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, prompt_cache: PromptCache | None = None) -> None:
         self.target = target
         self.model = target.model
         self.drafter = drafter
+        self.prompt_cache = prompt_cache  # the session's kept caches of earlier prompts (shared by its engines)
         # Seconds, for every timer the governors learn from. A replay (app/cli/policy_replay.py) passes a clock
         # that its stand-in target advances by a measured cost per verify, so the real policy runs in a second.
         self.clock = clock
@@ -131,6 +133,8 @@ class SpecEngine:
         prefix, a batch at a time: progress after each, and a set `cancel` stops between batches (the
         cache then holds a shorter prefix, which the next prompt reuses as it would any other)."""
         tokens = list(prompt)
+        if self.prompt_cache is not None:
+            self.prompt_cache.swap_in(self.target, tokens)  # another chat's cache out, this one's back in
         common = self.target.keep_common_prefix(tokens)
         if common == len(tokens):
             if self.target.kept_logits(len(tokens)) is not None:

@@ -2,6 +2,7 @@
 logits and tokenizer (`core`); devices, build capabilities and llama.cpp's buffer report (`devices`)."""
 
 from app.llama_backend.core import (
+    CacheSnapshot,
     ContextConfig,
     ContextFullError,
     LlamaContext,
@@ -19,6 +20,7 @@ from app.llama_backend.core import (
 )
 
 __all__ = [
+    "CacheSnapshot",
     "ContextConfig",
     "ContextFullError",
     "LlamaContext",

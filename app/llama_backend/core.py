@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import llama_cpp
@@ -330,6 +330,21 @@ class LlamaModel:
             self._model = None
 
 
+@dataclass(frozen=True, slots=True)
+class CacheSnapshot:
+    """What a context's KV cache held: its tokens, llama.cpp's state of the sequence (a copy in host memory), and
+    the kept logits that followed them. `LlamaContext.restore` puts it back exactly (the same bytes, so the next
+    decode computes what it would have computed had the cache never been replaced)."""
+
+    tokens: tuple[int, ...]
+    state: ctypes.Array[ctypes.c_uint8] = field(repr=False)
+    kept: tuple[int, np.ndarray] | None = field(default=None, repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.state) + (self.kept[1].nbytes if self.kept is not None else 0)
+
+
 class LlamaContext:
     """One sequence's KV cache on a model, with a reusable batch and logits access."""
 
@@ -448,6 +463,29 @@ class LlamaContext:
         llama_cpp.llama_memory_clear(self._mem, True)
         self.tokens.clear()
         self._kept = None
+
+    def snapshot_bytes(self) -> int:
+        """What `snapshot` would copy of llama.cpp's state, without copying it."""
+        return int(llama_cpp.llama_state_seq_get_size(self._ctx, 0))
+
+    def snapshot(self) -> CacheSnapshot:
+        """A copy of what the cache holds (llama_state_seq_get_data: about 28 KiB a token for the 1.5B demo target)."""
+        size = self.snapshot_bytes()
+        state = (ctypes.c_uint8 * size)()
+        written = int(llama_cpp.llama_state_seq_get_data(self._ctx, state, size, 0))
+        if written != size:
+            raise LlamaError(f"llama.cpp copied {written} of {size} bytes of {self.model.path.name}'s cache")
+        return CacheSnapshot(tuple(self.tokens), state, self._kept)
+
+    def restore(self, snapshot: CacheSnapshot) -> None:
+        """Replace the cache with a snapshot of this context's; on failure the cache is left empty."""
+        self.clear()
+        read = int(llama_cpp.llama_state_seq_set_data(self._ctx, snapshot.state, len(snapshot.state), 0))
+        if read != len(snapshot.state):
+            self.clear()
+            raise LlamaError(f"llama.cpp could not restore a cache snapshot of {self.model.path.name}")
+        self.tokens.extend(snapshot.tokens)
+        self._kept = snapshot.kept
 
     @property
     def max_rows(self) -> int:
