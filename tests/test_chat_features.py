@@ -186,6 +186,10 @@ def test_a_trimmed_chat_keeps_its_start_until_more_must_go() -> None:
         cuts.append(fit.dropped_turns)
     shifts = sum(a != b for a, b in zip(cuts, cuts[1:], strict=False))
     assert 1 <= shifts <= 2 and sorted(cuts) == cuts  # dropping the minimum each turn would start later every turn
+    # A cut from before the chat lost turns (deleted) would leave almost nothing: it is made anew.
+    shorter = history[:1] + history[1 + 2 * 8:]
+    assert fit_messages(shorter, count, n_ctx, room, cuts[-1]) == fit_messages(shorter, count, n_ctx, room)
+    assert fit_messages(shorter, count, n_ctx, room, cuts[-1]).prompt_tokens > (n_ctx - room) // 4
 
 
 def test_lazy_load_reads_only_the_index_until_a_chat_is_opened(home: Path) -> None:

@@ -44,8 +44,11 @@ def fit_messages(messages: Sequence[dict[str, str]], count: Callable[[ChatMessag
         body = _without_oldest_turn(body)
         dropped += 1
     used = count(head + body)
+    goal = (n_ctx - room) // 2
+    if left_out and used <= goal // 2:
+        # Far below what a cut leaves: the chat lost turns since (deleted, edited back). Cut it anew.
+        return fit_messages(messages, count, n_ctx, room)
     if used + room > n_ctx:
-        goal = (n_ctx - room) // 2
         while used > goal and len(body) > 1:
             body = _without_oldest_turn(body)
             dropped += 1

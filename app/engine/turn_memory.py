@@ -3,7 +3,7 @@
 Re-tokenizing a reply's text need not give back the reply's ids: a sampled reply may write `"` `...` `"\\``
 where the tokenizer makes `..."` `\\``. From that token on, the next turn's prompt differs from what the KV
 cache holds, and the rest of the reply is prefilled again: seconds on a CPU, before the first token of a
-follow-up (measured: 5.0 s instead of about 0.7 s after a 414-token sampled reply on 2 cores). llama.cpp's
+follow-up (3.6 s instead of 0.6 s after a 414-token sampled reply on 2 cores, docs/BENCHMARKS.md). llama.cpp's
 own chat (llama-cli) keeps the generated ids for the same reason; llama-server re-tokenizes and pays it.
 """
 
