@@ -164,16 +164,25 @@ def test_one_instance_per_profile(qapp: Any, tmp_path: Path) -> None:
         again.unlock()
 
 
+def _shown_transcript(qtbot: Any, width: int = 0, height: int = 0) -> Any:
+    """A transcript with the window's per-message controls, shown (at width x height when given)."""
+    from ui.chat.transcript_view import TranscriptView
+
+    view = TranscriptView(actions=True)
+    qtbot.addWidget(view)
+    if width and height:
+        view.resize(width, height)
+    view.show()
+    return view
+
+
 def test_short_chat_is_on_screen_when_set_messages_returns(qapp: Any, qtbot: Any, monkeypatch: Any) -> None:
     """However long a slice takes (a loaded machine: here every slice is over at once), a short chat is
     complete when set_messages returns, so nothing reads a half-built transcript."""
     from ui.chat import transcript_view
-    from ui.chat.transcript_view import TranscriptView
 
     monkeypatch.setattr(transcript_view, "REBUILD_SLICE_S", 0.0)
-    view = TranscriptView(actions=True)
-    qtbot.addWidget(view)
-    view.show()
+    view = _shown_transcript(qtbot)
     view.set_messages([Message("user", "first question"), Message("assistant", "first answer"),
                        Message("user", "second question"), Message("assistant", "second answer")])
     assert not view.render_pending()
@@ -184,15 +193,10 @@ def test_the_view_stays_on_the_newest_text_when_its_scroll_range_grows(qapp: Any
     """At the end of the transcript, the view stays there when the scroll range grows without the bar moving (a
     banner above it, a document laid out after the swap): seen under Xvfb, a long chat's overflow banner left the
     view short of the end, and the new prompt and its streaming reply were off screen. Scrolled back, it stays."""
-    from ui.chat.transcript_view import TranscriptView
-
     messages = []
     for i in range(10):
         messages += [Message("user", f"question {i}"), Message("assistant", f"answer {i} " + "words " * 80)]
-    view = TranscriptView(actions=True)
-    qtbot.addWidget(view)
-    view.resize(600, 300)
-    view.show()
+    view = _shown_transcript(qtbot, 600, 300)
     with qtbot.waitSignal(view.rendered, timeout=10_000):
         view.set_messages(messages)
     bar = view.verticalScrollBar()
@@ -215,17 +219,14 @@ def test_the_view_stays_on_the_newest_text_when_its_scroll_range_grows(qapp: Any
 def test_long_chat_opens_on_its_newest_messages_without_blocking(qapp: Any, qtbot: Any) -> None:
     """A 200-message chat is built a slice at a time in a detached document: the call returns at
     once, the newest 40 messages arrive together, and "Show earlier messages" brings the rest."""
-    from ui.chat.transcript_view import SHOWN_MESSAGES, TranscriptView
+    from ui.chat.transcript_view import SHOWN_MESSAGES
 
     messages = []
     for i in range(100):
         messages.append(Message("user", f"question {i}"))
         tokens = [[f" word{j}", "a", j] for j in range(200)]
         messages.append(Message("assistant", "".join(t[0] for t in tokens), tokens=tokens))
-    view = TranscriptView(actions=True)
-    qtbot.addWidget(view)
-    view.resize(800, 600)
-    view.show()
+    view = _shown_transcript(qtbot, 800, 600)
     with qtbot.waitSignal(view.rendered, timeout=10_000):
         view.set_messages(messages)
         assert view.render_pending()  # too big for one slice: the window keeps running meanwhile

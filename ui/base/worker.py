@@ -215,7 +215,6 @@ class _Runner(QObject):
         needed = len(prompt)
         self._put("context", "", (needed, n_ctx))
         if needed + room <= n_ctx:
-            self._put("trimmed", "", (0, needed, n_ctx))
             return list(prompt)
         if job.overflow == "ask":
             self._put("overflow", "", (needed, n_ctx))
@@ -254,7 +253,7 @@ class GenerationWorker(QObject):
     jobDone = Signal(bool)  # every run of the job has ended; False after an error
     contextUsed = Signal(int, int)  # tokens of the templated history before the reply, n_ctx
     contextOverflow = Signal(int, int)  # the history needs this many tokens, more than n_ctx allows: nothing ran
-    contextTrimmed = Signal(int, int, int)  # turns left out (0: the whole history fits), tokens sent, n_ctx
+    contextTrimmed = Signal(int, int, int)  # turns left out, tokens sent, n_ctx
     rpcLost = Signal(str)  # an RPC server stopped answering: the reply so far stays, the session is gone
     # A greedy comparison parted: None when its replay starts, then the PartingCheck (before jobDone).
     partingChecked = Signal(object)

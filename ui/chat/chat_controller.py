@@ -354,6 +354,8 @@ class ChatController(QObject):
     def _on_worker_contextUsed(self, used: int, n_ctx: int) -> None:
         self.n_ctx = n_ctx
         self.contextChanged.emit(used, n_ctx)
+        if self.recorder is not None:
+            self._left_out[self.recorder.conv.id] = 0  # until contextTrimmed says otherwise (the history fits)
 
     @Slot(int, int)
     def _on_worker_contextOverflow(self, needed: int, n_ctx: int) -> None:
