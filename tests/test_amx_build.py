@@ -1,5 +1,7 @@
 """llama.cpp's AMX kernels segfault on the first decode on some Xeons (issue 20824; this machine kind
-on 2026-12-02): the bootstrap builds without them, and a build that has them is refused by name."""
+on 2026-12-02): the bootstrap builds without them (its portable build's AMX CPU variant is removed by
+packaging/slim_wheel.py; a native build from the user's CMAKE_ARGS gets -mno-amx-int8), and a build
+that has them is refused by name."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ import bootstrap  # noqa: E402
 @pytest.mark.parametrize(
     ("args", "system", "machine", "added"),
     [
-        (bootstrap.LLAMA_CMAKE_ARGS, "Linux", "x86_64", True),
+        (bootstrap.LLAMA_CMAKE_ARGS, "Linux", "x86_64", False),  # portable: no -march=native (GGML_NATIVE=OFF)
+        ("-DLLAVA_BUILD=OFF -DGGML_RPC=ON", "Linux", "x86_64", True),  # a native build (the user's CMAKE_ARGS)
         ("-DGGML_CUDA=on -DLLAVA_BUILD=OFF", "Linux", "x86_64", True),  # a CUDA wheel has CPU code too
         (bootstrap.LLAMA_CMAKE_ARGS, "Linux", "aarch64", False),
         (bootstrap.LLAMA_CMAKE_ARGS, "Darwin", "x86_64", False),  # no Mac has AMX
@@ -33,11 +36,14 @@ def test_bootstrap_builds_native_x86_linux_wheels_without_amx(args, system, mach
 
 def test_the_no_amx_flags_reach_cmake_and_change_the_cache_key(monkeypatch):
     monkeypatch.delenv("CMAKE_ARGS", raising=False)
+    assert "amx" not in bootstrap.cmake_args().lower()  # portable: slim_wheel drops the AMX variant
+    native = "-DGGML_CUDA=on -DLLAVA_BUILD=OFF"
+    monkeypatch.setenv("CMAKE_ARGS", native)
     args = bootstrap.cmake_args()
-    if bootstrap.amx_would_be_built(bootstrap.LLAMA_CMAKE_ARGS + " -DGGML_RPC=ON"):
+    if bootstrap.amx_would_be_built(native + " -DGGML_RPC=ON"):
         assert args.endswith(bootstrap.NO_AMX_ARGS)
         # A wheel cached before the fix (with AMX) is not reused.
-        assert bootstrap.llama_wheel_dir(args) != bootstrap.llama_wheel_dir(bootstrap.LLAMA_CMAKE_ARGS)
+        assert bootstrap.llama_wheel_dir(args) != bootstrap.llama_wheel_dir(native + " -DGGML_RPC=ON")
     else:
         assert "amx" not in args.lower()
 
