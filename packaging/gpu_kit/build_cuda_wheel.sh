@@ -72,7 +72,7 @@ rm -f "$dest"/llama_cpp_python-*.whl "$dest"/.built-*
 PATH="$(dirname "$nvcc"):$PATH" CMAKE_ARGS="${cmake_args[*]}" CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)} \
   python3 -m pip wheel --no-deps --no-cache-dir -w "$dest" "$sdist"
 # The wheel holds every library 6 times (no symlinks in wheels, two install trees): 138 MiB.
-python3 "$(dirname "$0")/slim_wheel.py" "$dest"/llama_cpp_python-*.whl
+python3 "$(dirname "$0")/../slim_wheel.py" "$dest"/llama_cpp_python-*.whl
 touch "$stamp"
 echo "==> built in $(( ($(date +%s) - start) / 60 )) min: $(ls "$dest"/llama_cpp_python-*.whl)"
 du -b "$dest"/llama_cpp_python-*.whl
