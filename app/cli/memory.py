@@ -96,13 +96,26 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     import psutil
 
     from app.llama_backend import devices as llama_devices
+    from app.llama_backend.gpu_hint import build_choice
 
     caps = llama_devices.capabilities()
     devices = llama_devices.list_devices()
     vm = psutil.virtual_memory()
+    loaded, unused = caps.loaded, caps.unused_gpu
     data = {
         "gpu_offload": caps.gpu_offload,
         "backends": list(caps.backends),
+        # A portable build (issue 53) picks its CPU module by this CPU's features at start.
+        "backend_dl": bool(loaded and loaded.dynamic),
+        "cpu_variant": loaded.cpu_variant if loaded else None,
+        "backend_modules": list(loaded.modules) if loaded else [],
+        "backends_failed": [{"module": m, "why": why} for m, why in (loaded.failed if loaded else ())],
+        # A GPU of this machine that the build cannot drive, and the command that gets a build with it.
+        "unused_gpu": None if unused is None else {
+            "vendor": unused.gpu.vendor, "evidence": unused.gpu.evidence, "backend": unused.backend,
+            "fix": unused.fix, "message": unused.message(),
+        },
+        "build_choice": build_choice(),
         "cpu_features": sorted(caps.cpu_features),
         "system_info": caps.system_info,
         "llama_cpp_python": _llama_version(),
@@ -131,6 +144,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     offload = "supported" if caps.gpu_offload else "not built in"
     print(f"llama-cpp-python {data['llama_cpp_python']}: GPU offload {offload}")
     print(f"backends: {', '.join(caps.backends) or 'none'}")
+    if loaded is not None:
+        print(f"llama.cpp modules: {loaded.describe()}")
     print(f"CPU features: {' '.join(sorted(caps.cpu_features)) or 'unknown'}")
     print("devices:")
     for d in devices:
@@ -145,7 +160,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     else:
         for g in data["nvml"]:  # type: ignore[attr-defined]
             print(f"NVML GPU {g['index']} {g['name']}: this process uses {_gib(g['used_bytes'])}")
-    if data["budget"] == "ram":
+    if unused is not None:
+        print(unused.message())
+    elif data["budget"] == "ram":
         print("no GPU device: the memory meter budgets system RAM")
     return 0
 

@@ -115,6 +115,8 @@ def run_selftest(model: Path | None = None, n_predict: int = 8) -> int:
         info = " ".join(llama_backend.system_info().split())
         # The devices llama.cpp sees: a GPU bundle that lost its backend library shows only CPU here.
         found_devices = ", ".join(f"{d.name} ({d.type})" for d in devices.list_devices()) or "none"
+        # Which CPU module a portable build picked on this processor (issue 53: no SIGILL on older CPUs).
+        modules = llama_backend.loaded_backends().describe()
         library = llama_library()
         bundle = bundle_dir()
         if bundle is not None and not Path(library).resolve().is_relative_to(bundle.resolve()):
@@ -126,7 +128,7 @@ def run_selftest(model: Path | None = None, n_predict: int = 8) -> int:
     where = f"bundle {bundle}" if bundle is not None else f"python {sys.prefix}"
     print(
         f"self-test OK: {found.name}, lookup mode, {n_tokens} tokens at {tps:.1f} tok/s "
-        f"(load {load_s:.2f} s) | devices: {found_devices} | libllama: {library} | {where} | llama.cpp: {info}",
+        f"(load {load_s:.2f} s) | {modules} | devices: {found_devices} | libllama: {library} | {where} | llama.cpp: {info}",
         flush=True,
     )
     return 0

@@ -18,6 +18,8 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from app.llama_backend import backend_modules
+
 log = logging.getLogger(__name__)
 
 LogSink = Callable[[int, str], None]
@@ -28,6 +30,7 @@ _sinks: list[LogSink] = []
 _sinks_lock = threading.Lock()
 _last_level = 2
 _backend_ready = False
+_loaded_backends: backend_modules.LoadedBackends | None = None
 
 
 class LlamaError(RuntimeError):
@@ -62,13 +65,30 @@ def remove_log_sink(sink: LogSink) -> None:
 
 
 def ensure_backend() -> None:
-    """Initialise llama.cpp once and route its logs through Python logging (quiet by default)."""
-    global _backend_ready
+    """Initialise llama.cpp once: its logs through Python logging (quiet by default), then its backends.
+
+    A portable build (`GGML_BACKEND_DL`, what bootstrap and the packages build) starts with no backend
+    at all: each is a module in llama_cpp/lib (one CPU module per x86 level, CUDA, Vulkan ...) that
+    ggml picks by the CPU's features and loads here, before any model.
+    """
+    global _backend_ready, _loaded_backends
     if _backend_ready:
         return
     llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+    _loaded_backends = backend_modules.load(_lib_dir())
     llama_cpp.llama_backend_init()
     _backend_ready = True
+
+
+def loaded_backends() -> backend_modules.LoadedBackends:
+    """Which backend modules this process loaded (the CPU variant among them), and which failed."""
+    ensure_backend()
+    assert _loaded_backends is not None
+    return _loaded_backends
+
+
+def _lib_dir() -> Path:
+    return Path(llama_cpp.__file__).resolve().parent / "lib"
 
 
 def supports_gpu_offload() -> bool:

@@ -24,7 +24,16 @@ from typing import Literal
 import llama_cpp
 import llama_cpp._ggml as _ggml
 
-from app.llama_backend.core import add_log_sink, device_array, ensure_backend, remove_log_sink, supports_gpu_offload
+from app.llama_backend.backend_modules import LoadedBackends
+from app.llama_backend.core import (
+    add_log_sink,
+    device_array,
+    ensure_backend,
+    loaded_backends,
+    remove_log_sink,
+    supports_gpu_offload,
+)
+from app.llama_backend.gpu_hint import UnusedGpu, unused_gpu
 from app.memory.predict import REPACK_ARM_I8MM, REPACK_X86, Buffer, BuildSpec, GpuSpec, ModelSettings
 
 DeviceType = Literal["cpu", "gpu", "igpu", "accel", "meta"]
@@ -87,6 +96,8 @@ class Capabilities:
     backends: tuple[str, ...]
     cpu_features: frozenset[str]
     system_info: str
+    loaded: LoadedBackends | None = None  # the backend modules loaded at start (portable builds)
+    unused_gpu: UnusedGpu | None = None  # a GPU of this machine that the build cannot drive
 
 
 @dataclass(frozen=True)
@@ -221,8 +232,9 @@ def capabilities() -> Capabilities:
     _ensure_backend()
     info = _text(llama_cpp.llama_print_system_info())
     features = frozenset(m.group(1) for m in re.finditer(r"(\w+) = 1", info))
+    registered = tuple(backends())
     return Capabilities(
-        supports_gpu_offload(), tuple(backends()), features, info.strip()
+        supports_gpu_offload(), registered, features, info.strip(), loaded_backends(), unused_gpu(registered)
     )
 
 
@@ -252,7 +264,8 @@ def build_spec(devices: Iterable[Device] | None = None, caps: Capabilities | Non
         )
     else:
         repack = frozenset()
-    return BuildSpec(gpus=gpus, runtime=runtime, repack_types=repack)
+    note = caps.unused_gpu.message() if caps.unused_gpu is not None and not gpus else ""
+    return BuildSpec(gpus=gpus, runtime=runtime, repack_types=repack, gpu_note=note)
 
 
 @contextmanager

@@ -83,6 +83,7 @@ class BuildSpec:
     gpus: tuple[GpuSpec, ...] = ()
     runtime: str = "cpu"  # "cuda", "hip", "metal", "vulkan", "sycl" or "cpu"
     repack_types: frozenset[str] = REPACK_X86
+    gpu_note: str = ""  # with no GPU device: the machine's GPU this build cannot use, and the fix
 
     @property
     def has_gpu(self) -> bool:

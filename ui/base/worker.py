@@ -57,6 +57,8 @@ class LoadInfo:
     modes: tuple[str, ...]
     measured: dict[str, list[Any]] = field(default_factory=dict)  # role -> llama.cpp buffer reports
     process_gpu: dict[str, int] = field(default_factory=dict)  # GPU device -> this process's bytes (NVML)
+    gpu_note: str = ""  # a GPU of this machine the llama.cpp build cannot use, and the fix ("" otherwise)
+    backends: str = ""  # llama.cpp's loaded modules: "CPU variant haswell; GPU backends: none" (the About box)
 
 
 class _Outbox:
@@ -121,7 +123,7 @@ class _Runner(QObject):
                 self._session = SpecSession(config, progress=progress)
             measured = _measured(lines, split[0])
             modes = self._session.available_modes
-            info = LoadInfo(config, time.perf_counter() - t0, modes, measured, _process_gpu())
+            info = LoadInfo(config, time.perf_counter() - t0, modes, measured, _process_gpu(), *_build_notes())
             self._put("loaded", "", info)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the window
             log.info("load failed", exc_info=True)
@@ -490,6 +492,19 @@ def _process_gpu() -> dict[str, int]:
     except Exception:  # noqa: BLE001 - measurement is optional
         log.info("NVML reading failed", exc_info=True)
         return {}
+
+
+def _build_notes() -> tuple[str, str]:
+    """(the machine's GPU this build leaves idle, or ""; the loaded backend modules), read on this thread."""
+    try:
+        from app.llama_backend.devices import capabilities
+
+        caps = capabilities()
+    except Exception:  # noqa: BLE001 - the notes are advice; loading has succeeded
+        log.info("GPU check failed", exc_info=True)
+        return "", ""
+    note = caps.unused_gpu.message() if caps.unused_gpu is not None and not caps.gpu_offload else ""
+    return note, caps.loaded.describe() if caps.loaded is not None else ""
 
 
 def _predict(config: PairConfig) -> Any:

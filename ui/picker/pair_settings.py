@@ -181,7 +181,8 @@ class PairSettings(QWidget):
         gpu = self._build.has_gpu
         self.ngl.setEnabled(gpu and self._target is not None)
         self.ngld.setEnabled(gpu and self._draft is not None)
-        tip = "" if gpu else "No GPU found: every layer runs on the CPU, the meter budgets system RAM"
+        tip = "" if gpu else (self._build.gpu_note or "No GPU found: every layer runs on the CPU, the meter budgets "
+                                                     "system RAM")
         self.ngl.setToolTip(tip)
         self.ngld.setToolTip(tip)
 
@@ -223,6 +224,8 @@ class PairSettings(QWidget):
 
     def _status_text(self, p: PairPrediction) -> str:
         if not self._build.has_gpu:
+            if self._build.gpu_note:
+                return f"{self._build.gpu_note} The meter budgets system RAM."
             return "No GPU found: both models run on the CPU; the meter budgets system RAM."
         return {"ok": "Fits with the safety margin.", "tight": "Fits, but with less than the safety margin free.",
                 "over": "Will not fit: lower the GPU layers or the context, or press Auto-fit."}[p.status]  # fmt: skip

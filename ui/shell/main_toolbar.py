@@ -39,10 +39,13 @@ class MainToolBar(QToolBar):
         self.addWidget(self.mode_box)
         self.addAction(self.compare_action)
 
-    def _action(self, text: str, shortcut: str | QKeySequence.StandardKey, tip: str = "") -> QAction:
+    def _action(self, text: str, shortcut: str | QKeySequence.StandardKey | None, tip: str = "") -> QAction:
         act = QAction(text, self._window)
-        act.setShortcut(QKeySequence(shortcut))
-        key = QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText)
-        act.setToolTip(f"{tip or text} ({key})")
+        if shortcut is None:
+            act.setToolTip(tip or text)
+        else:
+            act.setShortcut(QKeySequence(shortcut))
+            key = QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText)
+            act.setToolTip(f"{tip or text} ({key})")
         self._window.addAction(act)  # shortcuts work wherever the focus is
         return act

@@ -43,6 +43,7 @@ from ui.chat.prompt_box import PromptBox
 from ui.chat.sampling_box import SamplingBox, describe_values
 from ui.chat.transcript_view import TranscriptView
 from ui.picker.models_controller import ModelsController
+from ui.shell.about_dialog import show_about
 from ui.shell.main_toolbar import MainToolBar
 from ui.shell.settings_dialog import RUNTIME_FIELDS, SettingsDialog
 from ui.shell.spec_banner import SpecBanner, SpecState
@@ -210,6 +211,8 @@ class MainWindow(QMainWindow):
         self.system_action.triggered.connect(self._on_system_action_triggered)
         self.export_md_action.triggered.connect(lambda: self.export_chat("md"))
         self.export_json_action.triggered.connect(lambda: self.export_chat("json"))
+        self.about_action = t._action("About SpecChat…", None, "Version, llama.cpp build and its backends")
+        self.about_action.triggered.connect(self._on_about_action_triggered)
         # A menu bar with every action and its shortcut, so nothing is reachable by key alone.
         bar = self.menuBar()
         for title, actions in (
@@ -217,6 +220,7 @@ class MainWindow(QMainWindow):
             ("&Chat", (t.send_action, t.stop_action, None, self.regenerate_action, self.continue_action,
                        self.system_action, None, t.compare_action, t.search_action)),
             ("&Models", (t.models_action, t.settings_action)),
+            ("&Help", (self.about_action,)),
         ):
             menu = bar.addMenu(title)
             for action in actions:
@@ -523,6 +527,10 @@ class MainWindow(QMainWindow):
     def _on_controller_replyFinished(self, ok: bool) -> None:
         self.generationFinished.emit(ok)
 
+    @Slot()
+    def _on_about_action_triggered(self) -> None:
+        show_about(self, self.loaded.backends if self.loaded is not None else "")
+
     @Slot(object)
     def _on_controller_governorSwitched(self, event: GovernorEvent) -> None:
         self.banner_governor = event
@@ -533,7 +541,8 @@ class MainWindow(QMainWindow):
             self.banner.hide()
             return
         self.banner.set_state(SpecState(self._mode(), self.models.has_draft, self.models.incompatible,
-                                        self.banner_governor, auto=self.mode_box.currentText() == "auto"))
+                                        self.banner_governor, auto=self.mode_box.currentText() == "auto",
+                                        gpu_note=self.loaded.gpu_note if self.loaded is not None else ""))
 
     @Slot(str)
     def _on_banner_actionTriggered(self, key: str) -> None:

@@ -18,10 +18,22 @@ class SpecState:
     incompatible: str | None = None  # the pair check's reason when the draft was refused
     governor: GovernorEvent | None = None  # the last on/off decision ("disable" shows the banner, "enable" clears it)
     auto: bool = False  # the mode was chosen by "auto"
+    gpu_note: str = ""  # the machine has a GPU this llama.cpp build cannot use (gpu_hint's message)
 
 
-def banner_message(state: SpecState) -> tuple[str, str, tuple[str, str] | None] | None:
-    """(text, level, action) for a state, or None when speculation is on as asked."""
+Message = tuple[str, str, tuple[str, str] | None]
+
+
+def banner_message(state: SpecState) -> Message | None:
+    """(text, level, action) for a state, or None when speculation is on as asked and no GPU sits idle."""
+    base = _speculation_message(state)
+    if not state.gpu_note:
+        return base
+    gpu = f"<b>GPU unused:</b> {html.escape(state.gpu_note)}"
+    return (gpu, "warning", None) if base is None else (f"{base[0]}<br>{gpu}", "warning", base[2])
+
+
+def _speculation_message(state: SpecState) -> Message | None:
     if state.incompatible:
         return (f"<b>Speculation is off: incompatible pair.</b> {html.escape(state.incompatible)}", "warning",
                 ("Load the target alone (prompt lookup)", "target_only"))
