@@ -128,7 +128,8 @@ def run_selftest(model: Path | None = None, n_predict: int = 8) -> int:
     where = f"bundle {bundle}" if bundle is not None else f"python {sys.prefix}"
     print(
         f"self-test OK: {found.name}, lookup mode, {n_tokens} tokens at {tps:.1f} tok/s "
-        f"(load {load_s:.2f} s) | {modules} | devices: {found_devices} | libllama: {library} | {where} | llama.cpp: {info}",
+        f"(load {load_s:.2f} s) | {modules} | devices: {found_devices} | libllama: {library} | {where} "
+        f"| llama.cpp: {info}",
         flush=True,
     )
     return 0
