@@ -10,8 +10,12 @@
 # maintainer scripts: Debian's triggers refresh the icon cache and the menu.
 #
 # Depends: is derived from the bundle (packaging/deb_depends.py: ldd + dpkg-query + dpkg-shlibdeps),
-# so it names the system libraries the bundle needs but does not carry. Needs dpkg-dev; the
-# validators (desktop-file-utils, appstream) run when installed, and are installed when root.
+# so it names the system libraries the bundle needs but does not carry; the glibc it needs decides
+# the distributions the description claims ("Debian >= 12, Ubuntu >= 24.04", deb_depends.py
+# --runs-on). /usr/share/doc/specchat/copyright (DEP-5) and licenses/ list the licence of everything
+# the bundle carries (packaging/licenses.py, run with the Python that built the bundle: $PYTHON, else
+# .venv/bin/python). Maintainer (and Homepage, if any) come from pyproject.toml's [project]. Needs
+# dpkg-dev; the validators (desktop-file-utils, appstream) run when installed, and are installed when root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 APP_ID=org.specchat.SpecChat
@@ -19,6 +23,8 @@ BUNDLE=dist/SpecChat
 
 [ "${1:-}" = --build ] && { shift; packaging/build.sh "$@"; }
 [ -x "$BUNDLE/SpecChat" ] || { echo "build-deb.sh: $BUNDLE is missing; run packaging/build.sh first (or pass --build)" >&2; exit 2; }
+PY=${PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || { echo "build-deb.sh: $PY is missing: the licences are read from the Python that built the bundle; set PYTHON" >&2; exit 2; }
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   want=""
   command -v dpkg-shlibdeps >/dev/null || want="$want dpkg-dev"
@@ -33,7 +39,17 @@ for tool in dpkg-deb dpkg-shlibdeps; do
 done
 
 start=$(date +%s)
-version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+# The version, the first maintainer (else author) as "Name <email>", the homepage ("" when pyproject.toml names none).
+{ read -r version; read -r maintainer; read -r homepage; } < <(python3 -c '
+import tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+people = [x for x in p.get("maintainers", []) + p.get("authors", []) if x.get("name") and x.get("email")]
+urls = {k.lower(): v for k, v in p.get("urls", {}).items()}
+print(p["version"])
+print("{name} <{email}>".format(**people[0]) if people else "")
+print(urls.get("homepage", ""))
+')
+[ -n "$maintainer" ] || { echo "build-deb.sh: pyproject.toml names no maintainer (or author) with an email" >&2; exit 2; }
 arch=$(dpkg --print-architecture)
 deb=dist/specchat_${version}_${arch}.deb
 root=build/deb/root
@@ -46,37 +62,34 @@ ln -s ../../opt/specchat/SpecChat "$root/usr/bin/specchat-gui"
 install -m 644 "resources/$APP_ID.desktop" "$root/usr/share/applications/"
 install -m 644 "resources/$APP_ID.metainfo.xml" "$root/usr/share/metainfo/"
 cp -r resources/icons/hicolor "$root/usr/share/icons/"
-cat > "$root/usr/share/doc/specchat/copyright" <<EOF
-Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
-Upstream-Name: SpecChat
-
-Files: *
-Copyright: The SpecChat developers
-License: MIT
- The bundle in /opt/specchat also carries Python, Qt (LGPL-3), PySide6 (LGPL-3) and llama.cpp (MIT)
- with their own licences.
-EOF
+echo "==> licences of what the bundle carries"
+"$PY" packaging/licenses.py "$BUNDLE" --out "$root/usr/share/doc/specchat"
 chmod -R u=rwX,go=rX "$root"
 
 echo "==> deriving Depends from the bundle"
 depends=$(python3 packaging/deb_depends.py "$BUNDLE")
+runs_on=$(python3 packaging/deb_depends.py --runs-on "$depends")
+echo "==> runs on $runs_on (decided by the glibc its Depends needs)"
 installed_kb=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 cat > "$root/DEBIAN/control" <<EOF
 Package: specchat
 Version: $version
 Architecture: $arch
-Maintainer: The SpecChat developers <specchat@users.noreply.github.com>
+Maintainer: $maintainer
 Installed-Size: $installed_kb
 Depends: $depends
 Recommends: hicolor-icon-theme
 Section: utils
 Priority: optional
-Homepage: https://github.com/specchat/specchat
-Description: chat with local LLMs, with speculative decoding made visible
+${homepage:+Homepage: $homepage
+}Description: chat with local LLMs, with speculative decoding made visible
  SpecChat runs a large target model and a small draft model through llama.cpp: the draft
  proposes tokens, the target verifies them in one batched pass, and every token in the chat is
  coloured by its fate. Includes live statistics, a memory meter for both models, a model picker
  and a side-by-side comparison of plain and speculative decoding.
+ .
+ Runs on $runs_on ($arch). The package carries Python, Qt and llama.cpp
+ in /opt/specchat; their licences are in /usr/share/doc/specchat.
 EOF
 
 if command -v desktop-file-validate >/dev/null; then

@@ -58,6 +58,10 @@ start=$(date +%s)
 "$PY" -m PyInstaller --noconfirm --clean --log-level WARN \
   --distpath dist --workpath build/pyinstaller packaging/specchat.spec
 build_s=$(( $(date +%s) - start ))
+if [ "$(uname -s)" = Linux ]; then
+  # Wheels cannot hold symlinks: identical copies of a library (libllama.so, libllama.so.0...) become links.
+  "$PY" packaging/dedupe_libs.py "$RESULT"
+fi
 
 size=$(du -sh "$RESULT" | cut -f1)
 files=$(find "$RESULT" -type f | wc -l | tr -d ' ')

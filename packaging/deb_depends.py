@@ -16,6 +16,13 @@ install an app that cannot load its plugins.
 Two dependencies are data, not libraries, so no linker sees them: the bundled libfontconfig reads
 the system's font configuration and fonts (fontconfig-config depends on a font package), and the
 bundled libxkbcommon reads the keyboard maps in xkb-data (without them typing does nothing).
+
+Which distributions the package runs on is decided by the glibc its Depends needs: the bundle carries
+nearly everything else, and every release that has that glibc also meets the few other versions
+Depends names (Wayland >= 1.20, xcb >= 1.12 on Debian 12). `--runs-on "DEPENDS"` prints the claim
+from GLIBC_RELEASES, e.g. "Debian >= 12, Ubuntu >= 24.04" for `libc6 (>= 2.36)`; build-deb.sh
+prints it and writes it into the package description, and tests/test_packaging.py checks that
+docs/PACKAGING.md says the same.
 """
 
 from __future__ import annotations
@@ -32,6 +39,14 @@ DATA_DEPENDS = {
     "fontconfig-config": "the bundled libfontconfig reads /etc/fonts and needs a font package",
     "xkb-data": "the bundled libxkbcommon reads the keyboard maps in /usr/share/X11/xkb",
 }
+# glibc version of each release, oldest first (Debian stable releases; Ubuntu LTS releases only: the
+# interim ones live nine months). From the releases' libc6 packages: bullseye 2.31, bookworm 2.36,
+# trixie 2.41; focal 2.31, jammy 2.35, noble 2.39.
+GLIBC_RELEASES: dict[str, list[tuple[str, str]]] = {
+    "Debian": [("11", "2.31"), ("12", "2.36"), ("13", "2.41")],
+    "Ubuntu": [("20.04", "2.31"), ("22.04", "2.35"), ("24.04", "2.39")],
+}
+LIBC6 = re.compile(r"(?:^|,)\s*libc6\s*\(\s*>=\s*([0-9.]+)[^)]*\)")
 LDD_LINE = re.compile(r"^\s*(\S+)\s+=>\s+(not found|\S+)")
 
 
@@ -106,11 +121,54 @@ def shlibs_versions(bundle: Path, elves: list[Path]) -> dict[str, str]:
     return out
 
 
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def glibc_needed(depends: str) -> str | None:
+    """The glibc version a Depends line needs: `libc6 (>= 2.36), ...` -> '2.36' (None without a versioned libc6)."""
+    m = LIBC6.search(depends)
+    return m.group(1) if m else None
+
+
+def oldest_releases(glibc: str) -> dict[str, str | None]:
+    """Per distribution, the oldest release in GLIBC_RELEASES whose glibc is at least `glibc` (None: none yet)."""
+    need = _version_key(glibc)
+    return {
+        distro: next((release for release, have in releases if _version_key(have) >= need), None)
+        for distro, releases in GLIBC_RELEASES.items()
+    }
+
+
+def runs_on(depends: str) -> str:
+    """'Debian >= 12, Ubuntu >= 24.04' for a Depends line needing glibc 2.36. A distribution with no release in
+    the table that is new enough is named as such, so the claim never overstates."""
+    glibc = glibc_needed(depends)
+    if glibc is None:
+        raise ValueError(f"no versioned libc6 in Depends: {depends!r}")
+    parts = []
+    for distro, release in oldest_releases(glibc).items():
+        newest = GLIBC_RELEASES[distro][-1][0]
+        parts.append(f"{distro} >= {release}" if release else f"{distro} newer than {newest}")
+    return ", ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("bundle", type=Path)
+    ap.add_argument("bundle", type=Path, nargs="?")
     ap.add_argument("--explain", action="store_true", help="also list, on stderr, why each package is needed")
+    ap.add_argument("--runs-on", metavar="DEPENDS",
+                    help="print the distributions a package with this Depends runs on, and exit")
     args = ap.parse_args(argv)
+    if args.runs_on is not None:
+        try:
+            print(runs_on(args.runs_on))
+        except ValueError as e:
+            print(f"deb_depends: {e}", file=sys.stderr)
+            return 1
+        return 0
+    if args.bundle is None:
+        ap.error("the bundle folder is required")
     bundle: Path = args.bundle
     if not bundle.is_dir():
         print(f"deb_depends: {bundle} is not a folder; build the bundle first (packaging/build.sh)", file=sys.stderr)
