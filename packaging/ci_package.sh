@@ -5,8 +5,9 @@
 #     bash packaging/ci_package.sh
 #
 # Fails when PyInstaller cannot build, or when the bundle cannot load llama.cpp, generate through
-# the speculative engine, show its window or find its resources; then builds, installs, starts and
-# purges the .deb. ~4 min on 2 cores.
+# the speculative engine, show its window or find its resources, or when its llama.cpp does not run
+# on an emulated Haswell (no AVX-512) or Nehalem (no AVX); then builds, installs, starts and purges
+# the .deb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -18,7 +19,9 @@ PY=.venv/bin/python
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   missing=""
   # The Wayland ones are not bundled, but the .deb's Depends is derived from what resolves here.
-  for pkg in libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxkbcommon-x11-0 libwayland-cursor0 libwayland-egl1; do
+  # qemu-user: the bundle's self-test on emulated older CPUs (packaging/qemu_selftest.sh).
+  for pkg in libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0 libxkbcommon-x11-0 libwayland-cursor0 libwayland-egl1 \
+             qemu-user; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
   done
   if [ -n "$missing" ]; then
@@ -37,6 +40,11 @@ else  # until pyproject.toml has the extra
 fi
 
 packaging/build.sh "$@"
+
+# The portable llama.cpp on CPUs this machine is not: Haswell (AVX2, no AVX-512) and Nehalem (no AVX).
+if [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ]; then
+  bash packaging/qemu_selftest.sh
+fi
 
 # The Debian package, installed on this machine and in a fresh minimal Debian (which lacks every
 # X, GL and font library, so apt must bring in what Depends names), started, and purged.
