@@ -67,15 +67,33 @@ def _check_data_files() -> None:
         raise SelfTestError("app/data/bench_prompts.jsonl is empty")
 
 
-def _generate(model: Path, n_predict: int) -> tuple[int, float, float]:
-    """Tokens generated, decode tokens/s, load seconds."""
+def placement(lines: list[str]) -> str:
+    """Where llama.cpp put the model, from its load report: "layers 31/31 on Vulkan0 (Vulkan0 61 MiB, ...)"."""
+    import re
+
+    from app.llama_backend.devices import parse_buffer_report
+
+    layers = next((m for line in lines if (m := re.search(r"offloaded (\d+)/(\d+) layers to GPU", line))), None)
+    buffers = [b for b in parse_buffer_report(lines) if b.kind in ("model", "repack")]
+    sizes = ", ".join(f"{b.label} {b.bytes / 2**20:.0f} MiB" for b in buffers) or "no buffer report"
+    gpus = sorted({b.device for b in buffers if b.device != "CPU"})
+    if not gpus:  # llama.cpp counts layers as offloaded even when no GPU exists to take them
+        return f"model on the CPU ({sizes})"
+    counted = f"layers {layers[1]}/{layers[2]}" if layers else "layers"
+    return f"{counted} on {', '.join(gpus)} ({sizes})"
+
+
+def _generate(model: Path, n_predict: int) -> tuple[int, float, float, str]:
+    """Tokens generated, decode tokens/s, load seconds, where the model's layers went."""
     from app.engine.events import FinishEvent, TokenEvent
     from app.engine.pair_config import PairConfig
     from app.engine.session import GenParams, SpecSession
+    from app.llama_backend.devices import capture_llama_logs
 
     start = time.perf_counter()
-    with SpecSession(PairConfig(model, None, n_ctx=512)) as session:
+    with capture_llama_logs() as lines, SpecSession(PairConfig(model, None, n_ctx=512)) as session:
         loaded = time.perf_counter() - start
+        placed = placement(lines)
         messages = [{"role": "user", "content": "Reply with one short greeting."}]
         finish: FinishEvent | None = None
         n_token_events = 0
@@ -90,7 +108,7 @@ def _generate(model: Path, n_predict: int) -> tuple[int, float, float]:
         raise SelfTestError(f"the engine generated no tokens (finish reason {finish.stats.finish_reason!r})")
     if n_token_events != len(finish.tokens):
         raise SelfTestError(f"{n_token_events} token events for {len(finish.tokens)} tokens")
-    return len(finish.tokens), finish.stats.tokens_per_second, loaded
+    return len(finish.tokens), finish.stats.tokens_per_second, loaded, placed
 
 
 def run_selftest(model: Path | None = None, n_predict: int = 8) -> int:
@@ -121,14 +139,14 @@ def run_selftest(model: Path | None = None, n_predict: int = 8) -> int:
         bundle = bundle_dir()
         if bundle is not None and not Path(library).resolve().is_relative_to(bundle.resolve()):
             raise SelfTestError(f"libllama was loaded from {library}, outside the bundle {bundle}")
-        n_tokens, tps, load_s = _generate(found, n_predict)
+        n_tokens, tps, load_s, placed = _generate(found, n_predict)
     except Exception as exc:  # noqa: BLE001 - the self-test reports every failure as one line
         print(f"self-test FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     where = f"bundle {bundle}" if bundle is not None else f"python {sys.prefix}"
     print(
         f"self-test OK: {found.name}, lookup mode, {n_tokens} tokens at {tps:.1f} tok/s "
-        f"(load {load_s:.2f} s) | {modules} | devices: {found_devices} | libllama: {library} | {where} "
+        f"(load {load_s:.2f} s) | {modules} | devices: {found_devices} | {placed} | libllama: {library} | {where} "
         f"| llama.cpp: {info}",
         flush=True,
     )
