@@ -2,7 +2,12 @@
 # Turn the PyInstaller folder (dist/SpecChat, from packaging/build.sh) into a Debian package:
 # dist/specchat_<version>_<arch>.deb, for `sudo apt install ./dist/specchat_<version>_<arch>.deb`.
 #
-#     bash packaging/build-deb.sh [--build]      (--build: run packaging/build.sh first)
+#     bash packaging/build-deb.sh [--build] [--vulkan MODULE]
+#
+# --build: run packaging/build.sh first. --vulkan MODULE (libggml-vulkan.so from
+# packaging/build_vulkan_module.sh): build `specchat-vulkan` instead, the same bundle with llama.cpp's
+# Vulkan backend module beside its CPU modules, so one package uses any GPU with a Vulkan driver (NVIDIA,
+# AMD, Intel) and the CPU where there is none; it replaces `specchat` (Conflicts/Replaces/Provides).
 #
 # Layout: the bundle in /opt/specchat; /usr/bin/specchat (every command, the window by default) and
 # /usr/bin/specchat-gui (the menu entry's command) link to it; the .desktop file, the icons (every
@@ -21,7 +26,15 @@ cd "$(dirname "$0")/.."
 APP_ID=org.specchat.SpecChat
 BUNDLE=dist/SpecChat
 
-[ "${1:-}" = --build ] && { shift; packaging/build.sh "$@"; }
+VULKAN=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) shift; packaging/build.sh ;;
+    --vulkan) VULKAN=$2; shift 2 ;;
+    *) echo "build-deb.sh: unknown option $1 (--build, --vulkan MODULE)" >&2; exit 2 ;;
+  esac
+done
+[ -z "$VULKAN" ] || [ -f "$VULKAN" ] || { echo "build-deb.sh: --vulkan $VULKAN: no such module (packaging/build_vulkan_module.sh builds it)" >&2; exit 2; }
 [ -x "$BUNDLE/SpecChat" ] || { echo "build-deb.sh: $BUNDLE is missing; run packaging/build.sh first (or pass --build)" >&2; exit 2; }
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || { echo "build-deb.sh: $PY is missing: the licences are read from the Python that built the bundle; set PYTHON" >&2; exit 2; }
@@ -51,35 +64,42 @@ print(urls.get("homepage", ""))
 ')
 [ -n "$maintainer" ] || { echo "build-deb.sh: pyproject.toml names no maintainer (or author) with an email" >&2; exit 2; }
 arch=$(dpkg --print-architecture)
-deb=dist/specchat_${version}_${arch}.deb
+pkg=specchat${VULKAN:+-vulkan}
+deb=dist/${pkg}_${version}_${arch}.deb
 root=build/deb/root
 rm -rf build/deb && mkdir -p "$root/DEBIAN" "$root/opt" "$root/usr/bin" "$root/usr/share/applications" \
-  "$root/usr/share/metainfo" "$root/usr/share/icons" "$root/usr/share/doc/specchat"
+  "$root/usr/share/metainfo" "$root/usr/share/icons" "$root/usr/share/doc/$pkg"
 
 cp -a "$BUNDLE" "$root/opt/specchat"
+if [ -n "$VULKAN" ]; then  # ggml loads it at start from the CPU modules' folder (app/llama_backend/backend_modules.py)
+  install -m 644 "$VULKAN" "$root/opt/specchat/_internal/llama_cpp/lib/libggml-vulkan.so"
+fi
 ln -s ../../opt/specchat/SpecChat "$root/usr/bin/specchat"
 ln -s ../../opt/specchat/SpecChat "$root/usr/bin/specchat-gui"
 install -m 644 "resources/$APP_ID.desktop" "$root/usr/share/applications/"
 install -m 644 "resources/$APP_ID.metainfo.xml" "$root/usr/share/metainfo/"
 cp -r resources/icons/hicolor "$root/usr/share/icons/"
 echo "==> licences of what the bundle carries"
-"$PY" packaging/licenses.py "$BUNDLE" --out "$root/usr/share/doc/specchat"
+"$PY" packaging/licenses.py "$BUNDLE" --out "$root/usr/share/doc/$pkg"
 chmod -R u=rwX,go=rX "$root"
 
 echo "==> deriving Depends from the bundle"
-depends=$(python3 packaging/deb_depends.py "$BUNDLE")
+depends=$(python3 packaging/deb_depends.py "$root/opt/specchat")  # with the Vulkan module: libvulkan1
 runs_on=$(python3 packaging/deb_depends.py --runs-on "$depends")
 echo "==> runs on $runs_on (decided by the glibc its Depends needs)"
 installed_kb=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 cat > "$root/DEBIAN/control" <<EOF
-Package: specchat
+Package: $pkg
 Version: $version
 Architecture: $arch
 Maintainer: $maintainer
 Installed-Size: $installed_kb
 Depends: $depends
-Recommends: hicolor-icon-theme
-Section: utils
+Recommends: hicolor-icon-theme${VULKAN:+, mesa-vulkan-drivers}
+${VULKAN:+Conflicts: specchat
+Replaces: specchat
+Provides: specchat
+}Section: utils
 Priority: optional
 ${homepage:+Homepage: $homepage
 }Description: chat with local LLMs, with speculative decoding made visible
@@ -89,7 +109,10 @@ ${homepage:+Homepage: $homepage
  and a side-by-side comparison of plain and speculative decoding.
  .
  Runs on $runs_on ($arch). The package carries Python, Qt and llama.cpp
- in /opt/specchat; their licences are in /usr/share/doc/specchat.
+ in /opt/specchat; their licences are in /usr/share/doc/$pkg.${VULKAN:+
+ .
+ This build adds llama.cpp's Vulkan backend: both models run on any GPU with
+ a Vulkan driver (NVIDIA, AMD, Intel), and on the CPU where there is none.}
 EOF
 
 if command -v desktop-file-validate >/dev/null; then

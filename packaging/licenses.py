@@ -610,6 +610,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workpath", type=Path, default=ROOT / "build" / "pyinstaller" / "specchat",
                     help="PyInstaller's work folder for this bundle (default: build/pyinstaller/specchat)")
     args = ap.parse_args(argv)
+    global DOC_DIR
+    if args.out.parent.name == "doc":  # .../usr/share/doc/<package>: the texts name where they are installed
+        DOC_DIR = f"/usr/share/doc/{args.out.name}"
     if not args.bundle.is_dir():
         print(f"licenses: {args.bundle} is not a folder; build the bundle first", file=sys.stderr)
         return 2

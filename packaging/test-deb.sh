@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the .deb as a user would, check that the installed app starts, and remove it.
 #
-#     bash packaging/test-deb.sh [--clean-root] [--model SMALL.gguf] [DEB]
+#     bash packaging/test-deb.sh [--clean-root] [--vulkan] [--model SMALL.gguf] [DEB]
 #
 # Default: on this machine (root, Debian): `apt-get install ./DEB`, then the installed app's
 # self-test (load a model, generate through the speculative engine, open the window, get a reply)
@@ -13,22 +13,29 @@
 # runs outside and the chroot reaches it through /tmp/.X11-unix. Needs debootstrap and ~1 min of
 # downloads from the Debian mirror.
 #
+# --vulkan: DEB is `specchat-vulkan` (build-deb.sh --vulkan); after the checks above, the installed
+# app must list llama.cpp's Vulkan device and its self-test must put the model's layers on it. Without a
+# GPU that device is Mesa's llvmpipe (mesa-vulkan-drivers, which the package recommends), which
+# llama.cpp skips unless GGML_VK_VISIBLE_DEVICES names it.
+#
 # Prints the install time and the time from launch to the window on screen (first start).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT_DIR=$PWD
-CLEAN=0 MODEL=${SPECCHAT_SELFTEST_MODEL:-} DEB=""
+CLEAN=0 VULKAN=0 MODEL=${SPECCHAT_SELFTEST_MODEL:-} DEB=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --clean-root) CLEAN=1; shift ;;
+    --vulkan) VULKAN=1; shift ;;
     --model) MODEL=$2; shift 2 ;;
     -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     -*) echo "test-deb.sh: unknown option $1" >&2; exit 2 ;;
     *) DEB=$1; shift ;;
   esac
 done
-[ -n "$DEB" ] || DEB=$(ls -t dist/specchat_*.deb 2>/dev/null | head -1)
+[ -n "$DEB" ] || DEB=$(ls -t dist/specchat$([ "$VULKAN" = 1 ] && echo -vulkan)_*.deb 2>/dev/null | head -1)
 [ -f "$DEB" ] || { echo "test-deb.sh: no .deb; run packaging/build-deb.sh first" >&2; exit 2; }
+PKG=$(dpkg-deb -f "$DEB" Package)
 [ "$(id -u)" = 0 ] || { echo "test-deb.sh: installs a package, so it must run as root" >&2; exit 2; }
 if [ -z "$MODEL" ]; then
   PY=.venv/bin/python; [ -x "$PY" ] || PY=python3
@@ -91,7 +98,7 @@ t=$(date +%s)
 in_target env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb_in_target" >/dev/null
 install_s=$(( $(date +%s) - t ))
 echo "    installed in $install_s s, with $(( $(in_target dpkg-query -W -f '.\n' | wc -l) - packages_before - 1 )) dependencies"
-in_target dpkg -s specchat | grep -E '^(Version|Installed-Size):'
+in_target dpkg -s "$PKG" | grep -E '^(Version|Installed-Size):'
 
 echo "==> self-test of the installed app, offscreen (/usr/bin/specchat)"
 in_target env QT_QPA_PLATFORM=offscreen /usr/bin/specchat --self-test --model "$model_in_target"
@@ -106,9 +113,26 @@ in_target env DISPLAY="$display" QT_QPA_PLATFORM=xcb SPECCHAT_STARTUP_PROBE_QUIT
   XDG_CONFIG_HOME=/tmp/specchat-probe-config XDG_DATA_HOME=/tmp/specchat-probe-data \
   "$exec_cmd" --startup-probe
 
-echo "==> apt-get purge specchat"
-in_target env DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq specchat >/dev/null
+if [ "$VULKAN" = 1 ]; then
+  echo "==> the Vulkan backend: llama.cpp's devices, and the self-test's layers on the Vulkan device"
+  doctor=$(in_target env GGML_VK_VISIBLE_DEVICES=0 /usr/bin/specchat doctor --json)
+  printf '%s' "$doctor" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+vk = [x for x in d["devices"] if x["name"].startswith("Vulkan")]
+print("    backends:", ", ".join(d["backends"]), "| Vulkan devices:", "; ".join(x["name"] + " " + x["description"] for x in vk) or "none")
+sys.exit(0 if "Vulkan" in d["backends"] and vk else 1)' \
+    || { echo "test-deb.sh: the installed package lists no Vulkan device" >&2; exit 1; }
+  line=$(in_target env GGML_VK_VISIBLE_DEVICES=0 QT_QPA_PLATFORM=offscreen /usr/bin/specchat --self-test --no-gui \
+         --model "$model_in_target" | grep 'self-test OK' || true)
+  echo "    ${line:0:400}"
+  printf '%s' "$line" | grep -q 'GPU backends: Vulkan' && printf '%s' "$line" | grep -Eq 'layers [0-9]+/[0-9]+ on Vulkan0' \
+    || { echo "test-deb.sh: the self-test did not run on the Vulkan device" >&2; exit 1; }
+fi
+
+echo "==> apt-get purge $PKG"
+in_target env DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq "$PKG" >/dev/null
 left=$(in_target sh -c 'ls -d /opt/specchat /usr/bin/specchat /usr/bin/specchat-gui '"$desktop"' \
   /usr/share/metainfo/org.specchat.SpecChat.metainfo.xml 2>/dev/null || true')
 [ -z "$left" ] || { echo "test-deb.sh: left behind after purge: $left" >&2; exit 1; }
-echo "==> the package installed, started (offscreen and xcb) and uninstalled cleanly (install $install_s s)"
+echo "==> $PKG installed, started (offscreen and xcb) and uninstalled cleanly (install $install_s s)"

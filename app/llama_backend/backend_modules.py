@@ -41,16 +41,23 @@ class LoadedBackends:
     cpu_variant: str | None  # the CPU module ggml chose ("haswell", "x64" ...); None when linked in
     modules: tuple[str, ...]  # the backend modules found beside libggml (file names)
     failed: tuple[tuple[str, str], ...]  # (GPU module, why) for a module present but not in use
+    device_counts: tuple[tuple[str, int], ...] = ()  # (registered backend, its devices): Vulkan with none is idle
 
     def describe(self) -> str:
         """One line for doctor, the self-test and the About box."""
         if not self.dynamic:
             return f"backends built in: {', '.join(self.registered) or 'none'}"
         cpu = f"CPU variant {self.cpu_variant}" if self.cpu_variant else "no CPU variant loaded"
-        gpus = [r for r in self.registered if r not in ("CPU", "RPC")]
+        counts = dict(self.device_counts)
+        gpus = [f"{r} ({_devices(counts[r])})" if r in counts else r
+                for r in self.registered if r not in ("CPU", "RPC")]
         parts = [cpu, f"GPU backends: {', '.join(gpus) or 'none'}"]
         parts += [f"{module} not used ({why})" for module, why in self.failed]
         return "; ".join(parts)
+
+
+def _devices(n: int) -> str:
+    return "no device" if n == 0 else "1 device" if n == 1 else f"{n} devices"
 
 
 def module_name(filename: str) -> str | None:
@@ -89,13 +96,16 @@ def _ggml_copies(lib_dir: Path) -> list[ctypes.CDLL]:
     return out
 
 
-def _registered(lib: ctypes.CDLL) -> tuple[str, ...]:
-    lib.ggml_backend_reg_get.argtypes, lib.ggml_backend_reg_get.restype = [ctypes.c_size_t], ctypes.c_void_p
-    lib.ggml_backend_reg_name.argtypes, lib.ggml_backend_reg_name.restype = [ctypes.c_void_p], ctypes.c_char_p
-    return tuple(
-        (lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)) or b"").decode("utf-8", errors="replace")
-        for i in range(lib.ggml_backend_reg_count())
-    )
+def _registered(lib: ctypes.CDLL) -> tuple[tuple[str, int], ...]:
+    """(name, device count) of every backend in this libggml's registry."""
+    vp, sz = ctypes.c_void_p, ctypes.c_size_t
+    for name, args, res in (("ggml_backend_reg_get", [sz], vp), ("ggml_backend_reg_name", [vp], ctypes.c_char_p),
+                            ("ggml_backend_reg_dev_count", [vp], sz)):
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, res
+    regs = [lib.ggml_backend_reg_get(i) for i in range(lib.ggml_backend_reg_count())]
+    return tuple(((lib.ggml_backend_reg_name(r) or b"").decode("utf-8", errors="replace"),
+                  int(lib.ggml_backend_reg_dev_count(r))) for r in regs)
 
 
 def _cpu_variant_loaded(lib_dir: Path, modules: list[str]) -> str | None:
@@ -142,9 +152,10 @@ def load(lib_dir: Path) -> LoadedBackends:
             fn = lib.ggml_backend_load_all_from_path
             fn.argtypes, fn.restype = [ctypes.c_char_p], None
             fn(os.fsencode(lib_dir))
-    registered = _registered(copies[-1])  # the copy libllama links (the last one found)
+    counts = _registered(copies[-1])  # the copy libllama links (the last one found)
+    registered = tuple(name for name, _n in counts)
     if not dynamic:
-        return LoadedBackends(False, registered, None, tuple(modules), ())
+        return LoadedBackends(False, registered, None, tuple(modules), (), counts)
     failed = tuple(
         (filename, _why_not(lib_dir, filename))
         for filename in modules
@@ -158,4 +169,4 @@ def load(lib_dir: Path) -> LoadedBackends:
             "loads on this processor. Reinstall llama-cpp-python with `python3 bootstrap.py run` (a portable build), "
             "or install a SpecChat package built for this architecture."
         )
-    return LoadedBackends(True, registered, variant, tuple(modules), failed)
+    return LoadedBackends(True, registered, variant, tuple(modules), failed, counts)
