@@ -73,3 +73,46 @@ def write_tiny(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_mamba(path: Path, *, n_vocab: int = 64, n_embd: int = 32, n_layer: int = 2, d_inner: int = 64,
+                d_state: int = 8, d_conv: int = 4, dt_rank: int = 4, seed: int = 0) -> Path:
+    """A loadable recurrent model (llama.cpp's `mamba` architecture) with random weights: a state, no KV cache."""
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "mamba")
+    for key, value in (("context_length", 256), ("embedding_length", n_embd), ("block_count", n_layer),
+                       ("feed_forward_length", 0), ("attention.head_count", 0), ("ssm.conv_kernel", d_conv),
+                       ("ssm.inner_size", d_inner), ("ssm.state_size", d_state), ("ssm.time_step_rank", dt_rank)):
+        w.add_uint32(f"mamba.{key}", value)
+    w.add_float32("mamba.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "default")
+    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(n_vocab)])
+    w.add_array("tokenizer.ggml.token_type", [1] * n_vocab)
+    w.add_array("tokenizer.ggml.merges", ["t 1"])
+    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+
+    def rand(*shape: int, scale: float = 0.2) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", rand(n_vocab, n_embd, scale=1.0))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
+    w.add_tensor("output.weight", rand(n_vocab, n_embd, scale=0.5))
+    for i in range(n_layer):  # numpy shapes are ggml's reversed (llama.cpp src/models/mamba.cpp)
+        b = f"blk.{i}."
+        w.add_tensor(b + "attn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(b + "ssm_in.weight", rand(2 * d_inner, n_embd))
+        w.add_tensor(b + "ssm_conv1d.weight", rand(d_inner, d_conv))
+        w.add_tensor(b + "ssm_conv1d.bias", rand(d_inner))
+        w.add_tensor(b + "ssm_x.weight", rand(dt_rank + 2 * d_state, d_inner))
+        w.add_tensor(b + "ssm_dt.weight", rand(d_inner, dt_rank))
+        w.add_tensor(b + "ssm_dt.bias", rand(d_inner))
+        w.add_tensor(b + "ssm_a", -np.exp(rand(d_inner, d_state)))
+        w.add_tensor(b + "ssm_d", np.ones(d_inner, np.float32))
+        w.add_tensor(b + "ssm_out.weight", rand(n_embd, d_inner))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -472,9 +472,16 @@ class LlamaContext:
         return kept[1] if kept is not None and kept[0] == n <= self.n_past else None
 
     def truncate(self, n_keep: int) -> None:
-        """Drop every cached position >= n_keep (the rollback after a rejected draft)."""
+        """Drop every cached position >= n_keep (the rollback after a rejected draft).
+
+        Recurrent and hybrid models (Mamba, Qwen3-Next, Granite 4 H ...) keep a state, not one entry per
+        position, and llama.cpp refuses to cut it part-way; the cache and `tokens` must never disagree,
+        so then the cache is emptied and `PartialRemovalError` says why (the caller re-processes or stops).
+        """
         if n_keep < self.n_past:
-            llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1)
+            if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+                self.clear()
+                raise PartialRemovalError(self.model.path.name, n_keep)
             del self.tokens[n_keep:]
         if self._kept is not None and n_keep < self._kept[0]:
             self._kept = None
@@ -526,7 +533,10 @@ class LlamaContext:
         common = min(known, limit)
         while common < limit and self.tokens[common] == tokens[common]:
             common += 1
-        self.truncate(common)
+        try:
+            self.truncate(common)
+        except PartialRemovalError:
+            return 0  # the cache was emptied: the caller processes all of `tokens`, which is exact
         return common
 
     def close(self) -> None:
@@ -534,6 +544,17 @@ class LlamaContext:
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
+
+
+class PartialRemovalError(LlamaError):
+    def __init__(self, model: str, n_keep: int) -> None:
+        super().__init__(
+            f"{model}: llama.cpp cannot cut this model's cache back to {n_keep} tokens (a recurrent or hybrid "
+            "model keeps one state, not one entry per token), so a rejected draft cannot be rolled back. The "
+            "cache was emptied rather than left out of step with the reply. Use --mode none with this model "
+            "until SpecChat rolls such models back by state snapshots."
+        )
+        self.n_keep = n_keep
 
 
 class ContextFullError(LlamaError):
