@@ -4,8 +4,6 @@ the cut says so loudly, and prefix reuse falls back to processing the whole prom
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
