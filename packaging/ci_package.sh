@@ -52,6 +52,16 @@ if command -v dpkg-deb >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   bash packaging/build-deb.sh
   bash packaging/test-deb.sh
   bash packaging/test-deb.sh --clean-root
+  # specchat-vulkan: the same bundle with llama.cpp's Vulkan module, which must find and use Mesa's
+  # software Vulkan device here (no GPU). The module is cached by its inputs; a fresh machine compiles
+  # it once. SPECCHAT_VULKAN_PACKAGE=0 skips it.
+  if [ "${SPECCHAT_VULKAN_PACKAGE:-1}" = 1 ] && [ "$(uname -m)" = x86_64 ]; then
+    t=$(date +%s)
+    module=$(bash packaging/build_vulkan_module.sh | tail -1)
+    echo "==> Vulkan module ready in $(( $(date +%s) - t )) s: $module"
+    bash packaging/build-deb.sh --vulkan "$module"
+    bash packaging/test-deb.sh --vulkan
+  fi
 else
   echo "==> skipping the .deb (needs a Debian machine and root)"
 fi
