@@ -45,7 +45,12 @@ class RemoteDevice:
 
 
 def supported() -> bool:
-    """Whether this llama.cpp build has the RPC backend (built with -DGGML_RPC=ON)."""
+    """Whether this llama.cpp build has the RPC backend (built with -DGGML_RPC=ON).
+
+    After ensure_backend: in a portable build RPC is a module, and llama.cpp's own fallback search (the
+    executable's and the current folder) would not find it beside libggml.
+    """
+    ensure_backend()
     return bool(llama_cpp.llama_supports_rpc())
 
 
