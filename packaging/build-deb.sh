@@ -88,6 +88,12 @@ depends=$(python3 packaging/deb_depends.py "$root/opt/specchat")  # with the Vul
 runs_on=$(python3 packaging/deb_depends.py --runs-on "$depends")
 echo "==> runs on $runs_on (decided by the glibc its Depends needs)"
 installed_kb=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
+recommends=hicolor-icon-theme replaces="" vulkan_text=""
+if [ -n "$VULKAN" ]; then  # one SpecChat at a time: the Vulkan package takes the plain one's place
+  recommends="$recommends, mesa-vulkan-drivers"
+  replaces=$'Conflicts: specchat\nReplaces: specchat\nProvides: specchat\n'
+  vulkan_text=$'\n .\n This build adds the Vulkan backend of llama.cpp: both models run on any GPU\n with a Vulkan driver (NVIDIA, AMD, Intel), and on the CPU where there is none.'
+fi
 cat > "$root/DEBIAN/control" <<EOF
 Package: $pkg
 Version: $version
@@ -95,11 +101,8 @@ Architecture: $arch
 Maintainer: $maintainer
 Installed-Size: $installed_kb
 Depends: $depends
-Recommends: hicolor-icon-theme${VULKAN:+, mesa-vulkan-drivers}
-${VULKAN:+Conflicts: specchat
-Replaces: specchat
-Provides: specchat
-}Section: utils
+Recommends: $recommends
+${replaces}Section: utils
 Priority: optional
 ${homepage:+Homepage: $homepage
 }Description: chat with local LLMs, with speculative decoding made visible
@@ -109,10 +112,7 @@ ${homepage:+Homepage: $homepage
  and a side-by-side comparison of plain and speculative decoding.
  .
  Runs on $runs_on ($arch). The package carries Python, Qt and llama.cpp
- in /opt/specchat; their licences are in /usr/share/doc/$pkg.${VULKAN:+
- .
- This build adds llama.cpp's Vulkan backend: both models run on any GPU with
- a Vulkan driver (NVIDIA, AMD, Intel), and on the CPU where there is none.}
+ in /opt/specchat; their licences are in /usr/share/doc/$pkg.$vulkan_text
 EOF
 
 if command -v desktop-file-validate >/dev/null; then

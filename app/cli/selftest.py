@@ -74,7 +74,7 @@ def placement(lines: list[str]) -> str:
     from app.llama_backend.devices import parse_buffer_report
 
     layers = next((m for line in lines if (m := re.search(r"offloaded (\d+)/(\d+) layers to GPU", line))), None)
-    buffers = [b for b in parse_buffer_report(lines) if b.kind in ("model", "repack")]
+    buffers = [b for b in parse_buffer_report(lines) if b.kind in ("model", "repack") and b.bytes >= 2**19]
     sizes = ", ".join(f"{b.label} {b.bytes / 2**20:.0f} MiB" for b in buffers) or "no buffer report"
     gpus = sorted({b.device for b in buffers if b.device != "CPU"})
     if not gpus:  # llama.cpp counts layers as offloaded even when no GPU exists to take them

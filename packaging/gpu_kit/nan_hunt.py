@@ -36,7 +36,9 @@ GGML_TYPE_F32 = 0
 
 
 def _ggml() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(wheel_lib_dir() / "libggml-base.so"))
+    # The soname file: a slimmed wheel (packaging/slim_wheel.py) keeps no bare libggml-base.so.
+    names = sorted(wheel_lib_dir().glob("libggml-base.so*"), key=lambda p: (p.name != "libggml-base.so.0", p.name))
+    lib = ctypes.CDLL(str(names[0]))
     lib.ggml_get_name.restype = ctypes.c_char_p
     lib.ggml_get_name.argtypes = [ctypes.c_void_p]
     lib.ggml_nbytes.restype = ctypes.c_size_t
