@@ -5,6 +5,7 @@
 # driver, NVIDIA, AMD or Intel, and the CPU modules where there is none).
 #
 #     bash packaging/build_vulkan_module.sh        # prints the module's path on its last line
+#     bash packaging/build_vulkan_module.sh --cached   # exit 0 (and the path) only if already built
 #
 # Only the module is compiled (GGML_BACKEND_DL=ON, GGML_CPU=OFF, target ggml-vulkan): it links the
 # wheel's libggml-base.so.0, built from the same source, through RUNPATH $ORIGIN. The result is cached by
@@ -20,16 +21,19 @@
 # that have those units than a build with a newer glslc (llama.cpp prints what was left out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+CACHED_ONLY=0
+[ "${1:-}" = --cached ] && CACHED_ONLY=1
 pin=$(python3 -c 'import re; print(re.search(r"llama-cpp-python==([\w.]+)", open("pyproject.toml").read())[1])')
 cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/specchat/vulkan-module
 log() { echo "==> $*" >&2; }
 
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+if [ "$CACHED_ONLY" = 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   want=""
   for pkg in glslc libvulkan1 cmake g++; do dpkg -s "$pkg" >/dev/null 2>&1 || want="$want $pkg"; done
   # shellcheck disable=SC2086 # one word per package
   [ -z "$want" ] || { log "installing$want"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $want >/dev/null; }
 fi
+command -v glslc >/dev/null || [ "$CACHED_ONLY" = 0 ] || exit 1
 for tool in glslc cmake c++; do
   command -v "$tool" >/dev/null || { echo "build_vulkan_module.sh: $tool is missing (Debian: apt-get install glslc cmake g++)" >&2; exit 2; }
 done
@@ -47,6 +51,7 @@ if [ -f "$out/libggml-vulkan.so" ]; then
   echo "$out/libggml-vulkan.so"
   exit 0
 fi
+[ "$CACHED_ONLY" = 0 ] || exit 1
 work=$cache_root/work && mkdir -p "$work" "$out"
 
 headers=${VULKAN_INCLUDE_DIR:-}
