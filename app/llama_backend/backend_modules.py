@@ -68,25 +68,35 @@ def module_name(filename: str) -> str | None:
     return m["name"]
 
 
-def _ggml_copies(lib_dir: Path) -> list[ctypes.CDLL]:
-    """Every copy of libggml in the process, each once.
+def already_loaded(lib_dir: Path, stem: str) -> ctypes.CDLL | None:
+    """The copy of lib<stem> from `lib_dir` that the process already holds, or None (never loads one).
 
-    llama_cpp._ggml opens `libggml.so` by path while libllama links `libggml.so.0`; where the wheel
-    holds them as two files (wheels cannot hold symlinks) they are two copies with two backend
-    registries, and llama.cpp's models see only the second. Found by RTLD_NOLOAD, the versioned
-    names are the linker's.
+    A wheel cannot hold symlinks, so libggml-base.so, .so.0 and .so.0.25.3 are three files; opening
+    another one than the dynamic loader did gives a second copy with its own globals (its own backend
+    registry, its own abort callback). RTLD_NOLOAD finds the one already in the process; the versioned
+    names are the loader's, so they are tried first.
     """
-    copies = [_ggml.libggml]
     noload = getattr(os, "RTLD_NOLOAD", 0)
-    if noload:
-        for path in sorted(lib_dir.glob("libggml.so.*"), key=lambda p: -len(p.name)):
-            try:
-                copies.append(ctypes.CDLL(str(path), mode=noload))
-            except OSError:
-                continue
+    if not noload:
+        return None
+    names = sorted(lib_dir.glob(f"lib{stem}.*")) + sorted(lib_dir.glob(f"{stem}.*"))
+    for path in sorted(names, key=lambda p: -len(p.name)):
+        try:
+            return ctypes.CDLL(str(path), mode=noload)
+        except OSError:
+            continue
+    return None
+
+
+def _ggml_copies(lib_dir: Path) -> list[ctypes.CDLL]:
+    """Every copy of libggml in the process, each once: llama_cpp._ggml opens `libggml.so` by path while
+    libllama links `libggml.so.0`, two copies with two backend registries where the wheel holds two files,
+    and llama.cpp's models see only the second."""
     out: list[ctypes.CDLL] = []
     seen: set[int | None] = set()
-    for lib in copies:
+    for lib in (_ggml.libggml, already_loaded(lib_dir, "ggml")):
+        if lib is None:
+            continue
         fn = lib.ggml_backend_reg_count
         fn.argtypes, fn.restype = [], ctypes.c_size_t
         address = ctypes.cast(fn, ctypes.c_void_p).value

@@ -75,7 +75,7 @@ def ensure_backend() -> None:
     if _backend_ready:
         return
     llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
-    _loaded_backends = backend_modules.load(_lib_dir())
+    _loaded_backends = backend_modules.load(lib_dir())
     llama_cpp.llama_backend_init()
     _backend_ready = True
 
@@ -87,7 +87,8 @@ def loaded_backends() -> backend_modules.LoadedBackends:
     return _loaded_backends
 
 
-def _lib_dir() -> Path:
+def lib_dir() -> Path:
+    """llama-cpp-python's library folder: libllama, libggml and the backend modules."""
     return Path(llama_cpp.__file__).resolve().parent / "lib"
 
 

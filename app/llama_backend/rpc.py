@@ -25,7 +25,8 @@ from pathlib import Path
 import llama_cpp
 import llama_cpp._ggml as _ggml
 
-from app.llama_backend.core import LlamaError, ensure_backend, ggml_devices, is_rpc_device
+from app.llama_backend.backend_modules import already_loaded
+from app.llama_backend.core import LlamaError, ensure_backend, ggml_devices, is_rpc_device, lib_dir
 
 DEFAULT_PORT = 50052
 PROBE_TIMEOUT_S = 20.0
@@ -84,27 +85,15 @@ def reachable(endpoint: str, timeout: float = 2.0) -> str | None:
         return exc.strerror or str(exc) or type(exc).__name__
 
 
-def _lib_dir() -> Path:
-    return Path(llama_cpp.__file__).resolve().parent / "lib"
-
-
 def _loaded(stem: str) -> ctypes.CDLL:
-    """The copy of lib<stem> that llama.cpp itself loaded.
-
-    A wheel cannot hold symlinks, so libggml-base.so, .so.0 and .so.0.25.3 are three files; opening
-    another one than the loader did would give a second copy with its own globals (an abort callback
-    set there is never called). RTLD_NOLOAD finds the one already in the process.
-    """
-    names = sorted(_lib_dir().glob(f"lib{stem}.*")) + sorted(_lib_dir().glob(f"{stem}.*"))
-    noload = getattr(os, "RTLD_NOLOAD", 0)
-    if noload:
-        for path in sorted(names, key=lambda p: -len(p.name)):  # the versioned names are the loader's
-            try:
-                return ctypes.CDLL(str(path), mode=noload)
-            except OSError:
-                continue
+    """The copy of lib<stem> that llama.cpp itself loaded (a second copy's abort callback is never called);
+    where none is loaded yet, the library by its first name."""
+    found = already_loaded(lib_dir(), stem)
+    if found is not None:
+        return found
+    names = sorted(lib_dir().glob(f"lib{stem}.*")) + sorted(lib_dir().glob(f"{stem}.*"))
     if not names:
-        raise RpcError(f"no {stem} library in {_lib_dir()}")
+        raise RpcError(f"no {stem} library in {lib_dir()}")
     return ctypes.CDLL(str(names[0]))
 
 
