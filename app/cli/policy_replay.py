@@ -160,7 +160,7 @@ def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs:
         drafter = LookupDrafter()
         if mode == "clairvoyant":
             drafter.lookup = ClairvoyantLookup(target.sequence)
-    engine = SpecEngine(target, drafter, clock=clock)  # type: ignore[arg-type]  # the context's surface, stood in
+    engine = SpecEngine(target, drafter, clock=clock)
     least = len(reply) + 1 if stopped else len(reply)
     n_predict = least if n_predict is None or not stopped else max(n_predict, least)
     finish = [e for e in engine.generate(prompt, n_predict, spec=spec) if isinstance(e, FinishEvent)]

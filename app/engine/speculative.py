@@ -49,6 +49,7 @@ from app.engine.governor import COPY_TUNING, Governor
 from app.engine.penalties import PenaltyWindow
 from app.engine.prompt_cache import PromptCache
 from app.engine.sampling import SampleNoise, SamplingParams, distribution, top_two_margin
+from app.engine.target_context import TargetContext
 from app.llama_backend import ContextFullError, LlamaContext
 
 
@@ -118,7 +119,7 @@ def sure_copy_rule(costs: RowCosts) -> tuple[int, int]:
 class SpecEngine:
     """Drives one target context and one drafter. Owned by a single thread."""
 
-    def __init__(self, target: LlamaContext, drafter: Drafter,
+    def __init__(self, target: TargetContext, drafter: Drafter,
                  clock: Callable[[], float] = time.perf_counter, prompt_cache: PromptCache | None = None) -> None:
         self.target = target
         self.model = target.model
@@ -133,7 +134,7 @@ class SpecEngine:
         prefix, a batch at a time: progress after each, and a set `cancel` stops between batches (the
         cache then holds a shorter prefix, which the next prompt reuses as it would any other)."""
         tokens = list(prompt)
-        if self.prompt_cache is not None:
+        if self.prompt_cache is not None and isinstance(self.target, LlamaContext):  # stand-ins keep no snapshots
             self.prompt_cache.swap_in(self.target, tokens)  # another chat's cache out, this one's back in
         common = self.target.keep_common_prefix(tokens)
         if common == len(tokens):
