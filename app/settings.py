@@ -14,10 +14,10 @@ from typing import Any
 
 from app import paths
 from app.atomic import atomic_write_text
-from app.engine.drafters import COPY_MAX_AUTO
 from app.engine.pair_config import PairConfig
 from app.engine.sampling import SamplingParams
 from app.engine.session import GenParams
+from app.engine.spec_params import COPY_MAX_AUTO
 from app.engine.speculative import SpecParams
 from app.models.recommended_sampling import CHAT_DEFAULT, SamplingValues
 

@@ -15,9 +15,10 @@ from app.cli.bench_replay import corpus, corpus_spec, parse_row_costs, write_cor
 from app.cli.main import main
 from app.cli.native_replay import REPLAYED
 from app.cli.options import EXIT_BAD_INPUT, UserError
-from app.engine.drafters import COPY_MAX_AUTO, SURE_COPY_LONG, LookupDrafter
+from app.engine.draft_policy import COPY_MAX_AUTO, SURE_COPY_LONG, resolve_copies
+from app.engine.drafters import LookupDrafter
 from app.engine.events import StepEvent
-from app.engine.speculative import SpecEngine, SpecParams, resolve_copies
+from app.engine.speculative import SpecEngine, SpecParams
 
 EOT = 9  # the template's end of turn: in the prompt, and what ends a reply that stopped
 PASSAGE = list(range(100, 160))

@@ -111,7 +111,7 @@ def test_negative_copy_max_is_refused(smol_path, tmp_path):
 
 def test_copy_max_flag_takes_auto_a_k_or_the_setting():
     from app.cli.options import _copy_max
-    from app.engine.drafters import COPY_MAX_AUTO
+    from app.engine.spec_params import COPY_MAX_AUTO
 
     assert _copy_max("auto", 0) == COPY_MAX_AUTO and _copy_max("AUTO", 7) == COPY_MAX_AUTO
     assert _copy_max("15", COPY_MAX_AUTO) == 15 and _copy_max("0", COPY_MAX_AUTO) == 0

@@ -8,9 +8,10 @@ import pytest
 
 from app.cli import copy_bound, policy_replay
 from app.cli.native_replay import REPLAYED
-from app.engine.drafters import COPY_MAX_AUTO, LookupDrafter
+from app.engine.draft_policy import COPY_MAX_AUTO, resolve_copies
+from app.engine.drafters import LookupDrafter
 from app.engine.events import FinishEvent, StepEvent
-from app.engine.speculative import SpecEngine, SpecParams, resolve_copies
+from app.engine.speculative import SpecEngine, SpecParams
 from tests.test_bench import _suite
 from tests.test_cli import specchat
 

@@ -196,7 +196,7 @@ def test_long_copies_are_governed_on_a_gpu_and_sure_on_the_cpu(smol_session, mon
     the copy governor judges them, on the CPU only sure copies are taken, which may run to 47 after a clean one;
     explicit values stand."""
     import app.engine.session as session_mod
-    from app.engine.drafters import AUTO_COPY_MAX, COPY_MAX_AUTO, SURE_COPY_LONG
+    from app.engine.draft_policy import AUTO_COPY_MAX, COPY_MAX_AUTO, SURE_COPY_LONG
     from app.engine.speculative import SpecParams
     from app.llama_backend import supports_gpu_offload
 

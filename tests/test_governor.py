@@ -8,15 +8,15 @@ from __future__ import annotations
 import pytest
 
 from app.engine.cost_model import RowCosts
-from app.engine.drafters import (
+from app.engine.draft_policy import (
     CHEAP_ROW_PRICE,
     SURE_COPY_MIN,
     SURE_COPY_MIN_CHEAP,
     SURE_COPY_RUN,
     SURE_COPY_RUN_CHEAP,
+    sure_copy_rule,
 )
 from app.engine.governor import Governor, GovernorTuning
-from app.engine.speculative import sure_copy_rule
 
 
 def _feed(gov: Governor, plain_ms: float, draft_ms_per_token: float, verify_ms_per_row: float,

@@ -472,7 +472,7 @@ def test_settings_dialog_offers_the_sampling_presets_and_penalties(qapp: Any, qt
 def test_long_copies_setting_shows_auto_and_off(qapp: Any, qtbot: Any) -> None:
     from PySide6.QtWidgets import QSpinBox
 
-    from app.engine.drafters import COPY_MAX_AUTO
+    from app.engine.spec_params import COPY_MAX_AUTO
     from ui.shell.settings_dialog import SettingsDialog
 
     dialog = SettingsDialog(Settings())

@@ -11,9 +11,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from app.engine.drafters import AUTO_COPY_MAX, SURE_COPY_MIN, Draft, Drafter, HybridDrafter, LookupDrafter, ModelDrafter
+from app.engine.draft_policy import AUTO_COPY_MAX, SURE_COPY_MIN
+from app.engine.drafters import HybridDrafter, LookupDrafter, ModelDrafter
 from app.engine.events import FinishEvent, StepEvent
 from app.engine.ngram import SURE_LOCAL_RUN, NgramIndex, NgramParams, PromptLookup
+from app.engine.proposal import Proposal, Proposer
 from app.engine.sampling import Dist, SamplingParams
 from app.engine.session import GenParams
 from app.engine.speculative import SpecEngine, SpecParams
@@ -33,7 +35,7 @@ def _rebuilt(tokens: list[int], sizes: tuple[int, ...]) -> NgramIndex:
     return index
 
 
-def _oracle(drafter: Drafter, prompt: list[int], reply: list[int], k: int = 6) -> tuple[int, int, int]:
+def _oracle(drafter: Proposer, prompt: list[int], reply: list[int], k: int = 6) -> tuple[int, int, int]:
     """Greedy verification by a target that writes `reply`: (steps, drafted, accepted)."""
     drafter.prepare(list(prompt))
     context, i, steps, drafted, accepted = list(prompt), 0, 0, 0, 0
@@ -223,13 +225,13 @@ class _ScanDrafter:
     def prepare(self, context: list[int]) -> Iterator[tuple[int, int]]:
         return iter(())
 
-    def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
+    def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Proposal:
         for n in (3, 2, 1):
             pattern = context[-n:]
             for start in range(len(context) - n - 1, -1, -1):
                 if context[start : start + n] == pattern:
-                    return Draft(tuple(context[start + n : start + n + k]), None, 0.0)
-        return Draft((), None, 0.0)
+                    return Proposal(tuple(context[start + n : start + n + k]), None, 0.0)
+        return Proposal((), None, 0.0)
 
 
 def test_a_copy_with_edits_beats_the_previous_scan() -> None:
@@ -317,11 +319,11 @@ class _StubModel:
         self.prepared = list(context)
         return iter(())
 
-    def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
+    def propose(self, context: list[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Proposal:
         self.calls += 1
         tokens = tuple(range(900, 900 + k))
         q = tuple(Dist(np.array([t, 1]), np.array([0.6, 0.4])) for t in tokens) if not sampling.greedy else None
-        return Draft(tokens, q, 1.0)
+        return Proposal(tokens, q, 1.0)
 
 
 def test_hybrid_copies_long_matches_and_asks_the_model_otherwise() -> None:

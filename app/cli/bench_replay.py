@@ -21,8 +21,8 @@ from typing import Any
 from app.atomic import atomic_write_text
 from app.cli import copy_bound, native_replay, policy_replay
 from app.cli.options import UserError
-from app.engine.drafters import AUTO_COPY_MAX, COPY_MAX_AUTO
-from app.engine.speculative import SpecParams, resolve_copies
+from app.engine.draft_policy import AUTO_COPY_MAX, COPY_MAX_AUTO, resolve_copies
+from app.engine.speculative import SpecParams
 
 FORMAT = "specchat-replay-corpus/1"
 

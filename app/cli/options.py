@@ -9,9 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from app import settings as settings_mod
-from app.engine.drafters import CHOICES, COPY_MAX_AUTO, auto_mode
+from app.engine.drafters import CHOICES, auto_mode
 from app.engine.pair_config import PairConfig
 from app.engine.session import GenParams
+from app.engine.spec_params import COPY_MAX_AUTO
 from app.engine.speculative import SpecParams
 from app.llama_backend import supports_gpu_offload
 from app.models.demo_pair import demo_pair_paths

@@ -13,11 +13,11 @@ from typing import Any
 
 import psutil
 
+from app.engine.draft_policy import resolve_copies
 from app.engine.drafters import (
     CHOICES,
     MODES,
     NEEDS_DRAFT,
-    Drafter,
     HybridDrafter,
     LookupDrafter,
     ModelDrafter,
@@ -28,8 +28,9 @@ from app.engine.events import Event, FinishEvent
 from app.engine.memory_plan import check_fits, placing_for, predict_for_config
 from app.engine.pair_config import PairConfig
 from app.engine.prompt_cache import PromptCache
+from app.engine.proposal import Proposer
 from app.engine.sampling import SamplingParams
-from app.engine.speculative import SpecEngine, SpecParams, resolve_copies
+from app.engine.speculative import SpecEngine, SpecParams
 from app.engine.turn_memory import TurnMemory
 from app.llama_backend import (
     ContextConfig,
@@ -126,7 +127,7 @@ class SpecSession:
             raise LlamaError(f"Mode {mode!r} needs a draft model (-md). Use --mode lookup to speculate without one.")
         engine = self._engines.get(mode)
         if engine is None:
-            drafter: Drafter
+            drafter: Proposer
             if mode in NEEDS_DRAFT:
                 assert self.draft_ctx is not None
                 # One ModelDrafter per session would be cleaner, but each engine owns its drafter; both

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.drafters import AUTO_COPY_MAX, COPY_MAX_AUTO
+from app.engine.draft_policy import AUTO_COPY_MAX, COPY_MAX_AUTO
 from app.settings import SAMPLING_FIELDS, SAMPLING_PRESETS, Settings
 
 RUNTIME_FIELDS = ("n_ctx", "n_threads", "n_gpu_layers", "n_gpu_layers_draft", "flash_attn", "strict", "rpc")
