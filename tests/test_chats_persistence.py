@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,99 @@ def test_rename_delete_search(folder: Path) -> None:
     store.delete(b)
     reloaded = ChatStore()
     assert [(c.id, c.title) for c in reloaded.load_all()] == [(a.id, "Sorting")]
+
+
+def _journal_tokens(journal: Path) -> int:
+    """Tokens in a journal's complete lines (the last one may be cut short by a kill)."""
+    count = 0
+    for line in journal.read_text(encoding="utf-8").splitlines():
+        try:
+            count += len(json.loads(line)["t"])
+        except (ValueError, KeyError):
+            pass
+    return count
+
+
+@pytest.mark.gui
+def test_cli_reads_a_streaming_window_without_touching_it(smol_path: Path, tmp_path: Path) -> None:
+    """`specchat chats list/export` while the window streams a reply: the CLI sees the reply so far, and leaves
+    the window's journal, temporary files and index alone; after a SIGKILL the restarted store has the whole
+    reply up to the kill. (Before the read-only store, `chats list` deleted the window's journal and `.tmp`.)"""
+    from tests.gui_support import require_working_pyside
+
+    require_working_pyside()
+    home = tmp_path / "home"
+    chats = home / "data" / "chats"
+    env = {**os.environ, "SPECCHAT_HOME": str(home), "QT_QPA_PLATFORM": "offscreen",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    window = subprocess.Popen([sys.executable, "-m", "ui.shell.entry", "gui", "-m", str(smol_path), "--mode", "lookup",
+                               "-n", "3000", "--prompt", "Count from 1 to 2000, one number per line."],
+                              env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "app.cli", "chats", *args], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    try:
+        deadline, rounds, exported = time.monotonic() + 300, 0, ""
+        while rounds < 3:
+            assert window.poll() is None, f"the window ended early: {window.stderr.read() if window.stderr else ''}"
+            assert time.monotonic() < deadline, "the window never started streaming a reply"
+            journals = list(chats.glob("*.journal"))
+            if not journals or _journal_tokens(journals[0]) == 0:
+                time.sleep(0.2)
+                continue
+            [journal] = journals
+            before = journal.stat()
+            index = chats / "chats.idx"
+            index_before = index.stat().st_mtime_ns if index.exists() else None
+            [row] = json.loads(cli("list", "--json"))
+            exported = cli("export", row["id"], "--format", "json")
+            after = journal.stat()  # the CLI neither removed nor replaced the window's open journal
+            assert (after.st_ino, after.st_dev) == (before.st_ino, before.st_dev) and after.st_size >= before.st_size
+            assert (index.stat().st_mtime_ns if index.exists() else None) == index_before
+            rounds += 1
+        reply = json.loads(exported)["messages"][-1]
+        assert reply["role"] == "assistant" and reply["status"] == "generating" and reply["content"].strip()
+        window.send_signal(signal.SIGKILL)
+        window.wait(timeout=30)
+    finally:
+        if window.poll() is None:
+            window.kill()
+            window.wait()
+    journaled = _journal_tokens(journal)
+    store = ChatStore(chats)
+    [conv] = store.load_all()
+    recovered = conv.messages[-1]
+    assert recovered.status == "interrupted"
+    assert len(recovered.tokens) >= journaled > 0
+    assert recovered.content.startswith(reply["content"])  # what the CLI exported, and all written after it
+    assert not journal.exists()  # the writer's store took the journal in and saved
+
+
+def test_read_only_store_changes_nothing_on_disk(folder: Path) -> None:
+    """What `specchat chats` opens: a half-made save, a journal, a corrupt file and the index stay as they are."""
+    from app.chat.conversations import ReadOnlyStoreError
+
+    writer = ChatStore()
+    conv = writer.new()
+    conv.messages += [Message("user", "hi"), Message("assistant", "", status="generating")]
+    writer.save(conv)
+    writer.journal(conv, 1, 0, [["Hel", 1, "target", 0, None, None], ["lo", 2, "target", 0, None, None]], [])
+    (folder / ".half.json.tmp").write_text("{", encoding="utf-8")
+    (folder / "broken.json").write_text("not json", encoding="utf-8")
+    before = {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir()}
+
+    reader = ChatStore(read_only=True)
+    seen = {c.id: c for c in reader.load_all(lazy=True)}
+    assert seen[conv.id].messages[1].content == "Hello"  # the journal read into memory ...
+    assert seen[conv.id].messages[1].status == "generating"  # ... and the reply left to its writer
+    assert any("broken.json" in p and "left in place" in p for p in reader.problems)
+    with pytest.raises(ReadOnlyStoreError):
+        reader.save(seen[conv.id])
+    with pytest.raises(ReadOnlyStoreError):
+        reader.delete(seen[conv.id])
+    assert {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir()} == before
+    writer.close()

@@ -241,11 +241,22 @@ def records_from_events(events: Iterable[Event]) -> tuple[list[TokenRecord], lis
     return tokens, ghosts
 
 
-class ChatStore:
-    """All conversations of one profile, in memory and on disk."""
+class ReadOnlyStoreError(RuntimeError):
+    """A change was asked of a store opened read-only."""
 
-    def __init__(self, folder: Path | None = None) -> None:
+
+class ChatStore:
+    """All conversations of one profile, in memory and on disk.
+
+    `read_only` (what `specchat chats` opens): nothing on disk is changed. A window may be writing to the same
+    folder, and only the process holding the profile lock may clean up: a leftover `.tmp` can be that window's
+    atomic save in progress, and a journal the reply it is streaming. Such a store reads the journal into memory
+    (the reply so far is listed and exported) but neither saves, renames, deletes, sets aside nor writes the index.
+    """
+
+    def __init__(self, folder: Path | None = None, read_only: bool = False) -> None:
         self.folder = Path(folder) if folder else paths.chats_dir()
+        self.read_only = read_only
         self.conversations: dict[str, Conversation] = {}
         self.problems: list[str] = []  # one sentence per file that needed rescue at load
         self._journals: dict[str, IO[str]] = {}
@@ -260,7 +271,7 @@ class ChatStore:
         self.problems.clear()
         if not self.folder.is_dir():
             return []
-        for stale in self.folder.glob(".*.tmp"):  # an atomic write that was killed before its rename
+        for stale in () if self.read_only else self.folder.glob(".*.tmp"):  # a write killed before its rename
             with contextlib.suppress(OSError):
                 stale.unlink()
         index = self._read_index() if lazy else {}
@@ -277,7 +288,7 @@ class ChatStore:
             if conv is not None:
                 self.conversations[conv.id] = conv
                 fresh[conv.id] = self._index_entry(conv)
-        if lazy and fresh != index:
+        if lazy and fresh != index and not self.read_only:
             self._write_index(fresh)
         return self.sorted()
 
@@ -302,7 +313,7 @@ class ChatStore:
             return None
         if conv.id != path.stem:
             conv.id = path.stem  # the file name is the identity: never overwrite another chat
-        if self._recover(conv):
+        if self._recover(conv) and not self.read_only:
             self.save(conv)
         return conv
 
@@ -345,8 +356,12 @@ class ChatStore:
     def _set_aside(self, path: Path, exc: Exception) -> None:
         aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
         try:
+            if self.read_only:
+                raise ReadOnlyStoreError
             path.replace(aside)
             where = f"it was moved to {aside.name}"
+        except ReadOnlyStoreError:
+            where = "it was left in place (read-only: the window sets it aside when it next starts)"
         except OSError:
             where = "it was left in place"
         message = f"Conversation file {path.name} could not be read ({exc}); {where}."
@@ -354,7 +369,9 @@ class ChatStore:
         self.problems.append(message)
 
     def _recover(self, conv: Conversation) -> bool:
-        """Replay a journal left by a killed session; mark replies that never finished."""
+        """Replay a journal left by a killed session; mark replies that never finished. Read-only, the reply
+        in progress is read as far as its journal goes and stays "generating": its window may still be
+        writing it."""
         changed = False
         journal = self._journal_path(conv.id)
         if journal.exists():
@@ -367,7 +384,7 @@ class ChatStore:
                 except (ValueError, KeyError, IndexError, TypeError) as exc:
                     # The last line may be cut short by the kill; anything before it was complete.
                     log.info("journal %s line %d skipped: %s", journal.name, number, exc)
-        for msg in conv.messages:
+        for msg in () if self.read_only else conv.messages:
             if msg.status == "generating":
                 msg.status = "interrupted"
                 changed = True
@@ -383,7 +400,12 @@ class ChatStore:
         self.conversations[conv.id] = conv
         return conv
 
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.folder} was opened read-only; cannot {what}")
+
     def save(self, conv: Conversation) -> None:
+        self._writable(f"save conversation {conv.id}")
         if conv.stub:
             raise RuntimeError(f"conversation {conv.id} was not loaded; saving it would empty its file")
         conv.updated = time.time()
@@ -437,6 +459,7 @@ class ChatStore:
         return self.ensure_loaded(hits[0])
 
     def delete(self, conv: Conversation) -> None:
+        self._writable(f"delete conversation {conv.id}")
         self._close_journal(conv.id, remove=True)
         self.conversations.pop(conv.id, None)
         with contextlib.suppress(FileNotFoundError):
@@ -454,6 +477,7 @@ class ChatStore:
 
     def journal(self, conv: Conversation, msg_index: int, start: int, tokens: list[TokenRecord],
                 ghosts: list[GhostRecord]) -> None:
+        self._writable(f"journal conversation {conv.id}")
         handle = self._journals.get(conv.id)
         if handle is None:
             handle = open(self._journal_path(conv.id), "a", encoding="utf-8")  # noqa: SIM115 - kept open

@@ -36,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _store(folder: Path | None) -> ChatStore:
-    store = ChatStore(folder)
+    # Read-only: a window may be streaming into this folder; its temporary files and journals are its own.
+    store = ChatStore(folder, read_only=True)
     store.load_all(lazy=True)
     for problem in store.problems:
         print(f"specchat: warning: {problem}", file=sys.stderr)
@@ -62,10 +63,13 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     store = _store(args.folder)
+    known = len(store.problems)
     try:
         conv = store.find(args.id)
     except KeyError as exc:
         raise UserError(str(exc.args[0])) from None
+    if len(store.problems) > known:  # the chat was a stub whose file cannot be read now
+        raise UserError(store.problems[-1])
     saved, _warning = settings_mod.load()
     text = export(conv, args.format, saved.system_prompt)
     if args.output:
