@@ -112,7 +112,7 @@ def replay(corpora: Sequence[dict[str, Any]], extra: Sequence[tuple[str, dict[in
            clairvoyant: bool = False) -> dict[str, Any]:
     """Every corpus's replies on every corpus's row costs and on `extra` tables:
     {"tables": [...], "rows": [...], "geomean": {...}}. clairvoyant: each cell also holds the clairvoyant lookup's
-    speedup and its ratio to llama.cpp's best type (policy_replay.ClairvoyantLookup)."""
+    speedup and its ratio to llama.cpp's best type (policy_replay.clairvoyant_lookup)."""
     tables = [(c["name"], {int(r): float(v) for r, v in c["row_costs"].items()}) for c in corpora] + list(extra)
     rows: list[dict[str, Any]] = []
     modes = ("lookup", "clairvoyant") if clairvoyant else ("lookup",)
