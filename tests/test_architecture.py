@@ -1,9 +1,14 @@
 """The layout is the design (docs/ARCHITECTURE.md): no import cycle between modules or between
-packages, and only the shared basics loose in app/. import-linter checks the layer order; this
-checks what its contracts cannot express."""
+packages, only the shared basics loose in app/, the product (app/, ui/) never importing the research
+tools (tools/), and app/ and tools/ typed (mypy). import-linter checks the layer order; this checks
+what its contracts cannot express."""
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -15,7 +20,7 @@ MAX_LOOSE_APP_MODULES = 6
 
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
-    return grimp.build_graph("app", "ui", include_external_packages=False)
+    return grimp.build_graph("app", "ui", "tools", include_external_packages=False)
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -70,7 +75,7 @@ def test_no_package_import_cycle(graph: grimp.ImportGraph) -> None:
         source = _package_of(module)
         for imported in graph.find_modules_directly_imported_by(module):
             target = _package_of(imported)
-            if target != source and target not in ("app", "ui"):
+            if target != source and target not in ("app", "ui", "tools"):
                 edges.setdefault(source, set()).add(target)
     assert _cycles(edges) == []
 
@@ -84,3 +89,24 @@ def test_app_keeps_few_loose_modules() -> None:
     assert len(loose) <= MAX_LOOSE_APP_MODULES, loose
     ui_loose = sorted(p.name for p in (ROOT / "ui").glob("*.py") if p.name != "__init__.py")
     assert ui_loose == []
+
+
+def test_the_product_never_imports_the_research_tools(graph: grimp.ImportGraph) -> None:
+    """tools/ is not shipped (docs/PACKAGING.md), so nothing in app/ or ui/ may import it, even inside a function."""
+    product = [m for m in graph.modules if m.split(".")[0] in ("app", "ui")]
+    found = [(m, t) for m in product for t in graph.find_modules_directly_imported_by(m) if t.split(".")[0] == "tools"]
+    assert found == []
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    assert any(c["type"] == "forbidden" and set(c["source_modules"]) == {"app", "ui"} and c["forbidden_modules"] ==
+               ["tools"] for c in contracts), "import-linter's contract app/ui -> tools is gone"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is a dev extra (bootstrap.py test has it)")
+def test_app_and_tools_typecheck() -> None:
+    """mypy on pyproject.toml's packages (app, tools): the engine typed against TargetContext, the research
+    replays' stand-in target checked against it with no `type: ignore`."""
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["packages"]
+    assert {"app", "tools"} <= set(packages)
+    done = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -14,9 +14,9 @@ import pytest
 
 from app.cli import bench as bench_mod
 from app.cli import native_bench as nb
-from app.cli import native_replay
 from app.cli.bench import BenchPrompt, NativePlan, load_prompts, round_order
 from app.engine.events import FinishEvent, GenerationStats, GovernorEvent
+from app.engine.parting import Batch, replay_row
 from app.engine.session import GenParams
 from tests.test_cli import specchat
 
@@ -496,8 +496,7 @@ def test_bench_cli_native_without_tools_fails_before_loading(smol_path, tmp_path
 def test_bench_cli_native_smoke(smol_path, tmp_path):
     result = specchat("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none",
                       "--native", NATIVE_BIN, "--native-modes", "plain,plain-again,ngram-simple,ngram-mod",
-                      "--repeat", 1, "--no-warmup", "-c", 512, "--copy-bound", "--replay-out", tmp_path / "c.json",
-                      home=tmp_path, timeout=900)
+                      "--repeat", 1, "--no-warmup", "-c", 512, home=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     modes = [(r["prompt_id"], r["mode"]) for r in data["runs"]]
@@ -517,15 +516,7 @@ def test_bench_cli_native_smoke(smol_path, tmp_path):
     assert data["settings"]["processes"] == "fresh"  # with --native, "auto" runs SpecChat as llama.cpp runs
     assert data["native"]["system_info"].startswith("CPU") and isinstance(data["native"]["same_build_features"], bool)
     assert data["summary"]["llama.cpp:plain"]["median_speedup_vs_llama_cpp"] == pytest.approx(1.0)
-    # The replay of llama.cpp's n-gram types drafts and accepts what the real tool did on the same reply.
-    corpus = json.loads((tmp_path / "c.json").read_text())
-    for run in data["runs"]:
-        if run["mode"] in ("llama.cpp:ngram-simple", "llama.cpp:ngram-mod") and run["identical"]:
-            p = corpus["prompts"][run["prompt_id"]]
-            end = next((t for t in reversed(p["prompt"]) if t in corpus["eog"]), -1)
-            got = native_replay.replay(run["mode"].removeprefix("llama.cpp:"), p["prompt"], p["reply"], p["stopped"],
-                                       p["n_predict"], end)
-            assert (got.drafted, got.accepted) == (run["drafted"], run["accepted"]), run["prompt_id"]
+    # (tests/test_native_replay.py runs the same through the research bench, replaying llama.cpp's n-gram types.)
 
 
 # --- timed runs in fresh processes (--processes fresh) --------------------------------------------------------
@@ -640,10 +631,17 @@ def _recorded_lookup(session, n=48):
     return prompt, run_recorded(session, prompt, GenParams("lookup", n))
 
 
+def _replay_row(session, prompt, reply, steps, position):
+    """The bench's replay of a run's batches: a fresh prefill (rounding_check.prefilled), then the engine's one
+    replay_row, as rounding_check.measure runs them."""
+    from app.cli import rounding_check
+
+    ctx = rounding_check.prefilled(session, prompt)
+    return replay_row(ctx, len(prompt), [*prompt, *reply], steps, position)
+
+
 def test_replaying_a_runs_batches_gives_its_own_choice_at_every_row(smol_session):
     import numpy as np
-
-    from app.cli import rounding_check
 
     prompt, rec = _recorded_lookup(smol_session)
     reply = rec.finish.tokens
@@ -651,16 +649,15 @@ def test_replaying_a_runs_batches_gives_its_own_choice_at_every_row(smol_session
     assert multi, "the copy prompt must give the replay verify batches of several rows"
     assert sum(b.accepted + 1 for b in rec.steps if not b.from_prompt) + 1 >= len(reply)
     for position in range(0, len(reply), 3):
-        row = rounding_check.replay_row(smol_session, prompt, reply, rec.steps, position)
+        row = _replay_row(smol_session, prompt, reply, rec.steps, position)
         assert int(np.argmax(row)) == reply[position], f"replay at {position} is not the run's own choice"
     # A layout that is not this reply's is refused, not silently replayed.
     b = multi[0]
-    wrong = [rounding_check.Batch(b.position, tuple(t + 1 for t in b.drafted), b.accepted, False)]
+    wrong = [Batch(b.position, tuple(t + 1 for t in b.drafted), b.accepted, False)]
     with pytest.raises(ValueError, match="not the reply's tokens"):
-        rounding_check.replay_row(smol_session, prompt, reply, [*rec.steps[:rec.steps.index(b)], *wrong],
-                                  b.position + b.accepted)
+        _replay_row(smol_session, prompt, reply, [*rec.steps[:rec.steps.index(b)], *wrong], b.position + b.accepted)
     with pytest.raises(ValueError, match="do not reach"):
-        rounding_check.replay_row(smol_session, prompt, reply, rec.steps[:1], len(reply) - 1)
+        _replay_row(smol_session, prompt, reply, rec.steps[:1], len(reply) - 1)
 
 
 def test_a_parting_is_reproduced_only_when_the_replay_picks_the_speculative_token(smol_session):
@@ -672,7 +669,7 @@ def test_a_parting_is_reproduced_only_when_the_replay_picks_the_speculative_toke
     reply = rec.finish.tokens
     b = next(b for b in rec.steps if b.accepted > 1)
     position = b.position + 1  # inside a verify batch of several rows
-    row = rounding_check.replay_row(smol_session, prompt, reply, rec.steps, position)
+    row = _replay_row(smol_session, prompt, reply, rec.steps, position)
     other = int(np.argsort(row)[-2])
     # Call the run's own token the speculative one: its batches reproduce it.
     own = rounding_check.measure(smol_session, prompt, reply, position, other, reply[position], rec.steps)
@@ -696,29 +693,6 @@ def test_report_says_whether_the_runs_batches_reproduce_a_parting():
                          divergence={**d, "rounding": {"gaps": {**gaps, "engine_batches": 0.2}, "spread": 0.3,
                                                        "within": True, "reproduced": False}})
     assert "REAL DIFFERENCE" in bench_mod._same_column(no)  # type: ignore[arg-type]
-
-
-def test_bench_replay_out_records_a_corpus_that_bench_replay_replays(smol_path, tmp_path):
-    corpus_file = tmp_path / "corpus.json"
-    report_file = tmp_path / "report.json"
-    result = specchat("bench", "--prompts", _suite(tmp_path), "-m", smol_path, "--modes", "none", "--repeat", 1,
-                      "--no-warmup", "-c", 512, "--json-out", report_file, "--replay-out", corpus_file,
-                      "--replay-name", "smol", home=tmp_path)
-    assert result.returncode == 0, result.stderr
-    corpus = json.loads(corpus_file.read_text())
-    runs = {r["prompt_id"]: r for r in json.loads(report_file.read_text())["runs"]}
-    assert corpus["name"] == "smol" and set(corpus["prompts"]) == set(runs) == {"echo", "turns"}
-    assert corpus["row_costs"]["1"] == 1.0 and float(corpus["row_costs"]["4"]) > 1.0
-    assert corpus["eog"]  # the template's end-of-turn ids, from the prompts
-    for pid, p in corpus["prompts"].items():
-        assert len(p["prompt"]) == runs[pid]["prompt_tokens"] and len(p["reply"]) == runs[pid]["tokens"]
-        assert p["stopped"] == (runs[pid]["finish_reason"] == "stop") and p["n_predict"] == runs[pid]["n_predict"]
-    # The replay drives the real engine and must write each recorded reply again, or it fails.
-    replayed = specchat("bench-replay", corpus_file, "--json", home=tmp_path)
-    assert replayed.returncode == 0, replayed.stderr
-    rows = json.loads(replayed.stdout)["rows"]
-    assert {r["prompt_id"] for r in rows} == {"echo", "turns"}
-    assert all(r["costs"]["smol"]["lookup"] > 0.5 and r["costs"]["smol"]["bound"] >= 1.0 for r in rows)
 
 
 # --- llama-server, loaded once for the bench (server-plain) -----------------------------------------------------

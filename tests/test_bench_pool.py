@@ -1,4 +1,4 @@
-"""`specchat bench-pool`: rounds of several bench reports pooled into one interval per prompt and mode."""
+"""`python -m tools.bench bench-pool`: rounds of several bench reports pooled into one interval per prompt and mode."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.cli.main import main
 from app.cli.ratio_stats import ratio_interval
+from tools.bench.cli import main
 
 SETTINGS = {"n_ctx": 4096, "n_threads": 2, "flash_attn": True, "repack": True, "n_batch": 512,
             "sampling": {"temperature": 0.0}, "spec": {"draft_max": 6}, "processes": "fresh"}

@@ -1,4 +1,4 @@
-"""`specchat bench-replay`: the lookup policy replayed on recorded replies with several cost tables."""
+"""`python -m tools.bench bench-replay`: the lookup policy replayed on recorded replies with several cost tables."""
 
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ from typing import Any
 
 import pytest
 
-from app.cli import policy_replay
-from app.cli.bench_replay import corpus, corpus_spec, parse_row_costs, write_corpus
-from app.cli.main import main
-from app.cli.native_replay import REPLAYED
 from app.cli.options import EXIT_BAD_INPUT, UserError
 from app.engine.draft_policy import COPY_MAX_AUTO, SURE_COPY_LONG, resolve_copies
 from app.engine.drafters import LookupDrafter
 from app.engine.events import StepEvent
 from app.engine.speculative import SpecEngine, SpecParams
+from tests.research_bench import research_bench
+from tests.test_bench import _suite
+from tools.bench import policy_replay
+from tools.bench.bench_replay import corpus, corpus_spec, parse_row_costs, write_corpus
+from tools.bench.cli import main
+from tools.bench.native_replay import REPLAYED
 
 EOT = 9  # the template's end of turn: in the prompt, and what ends a reply that stopped
 PASSAGE = list(range(100, 160))
@@ -79,11 +81,11 @@ SURE_31 = SpecParams(copy_max=31, sure_copies=True)  # sure copies of at most 31
 
 def _copy_steps(prompt: list[int], reply: list[int], clairvoyant: bool = False,
                 spec: SpecParams = SURE_31) -> list[StepEvent]:
-    clock = policy_replay._Clock()
+    clock = policy_replay.ReplayClock()
     target = policy_replay.StandInTarget([*prompt, *reply, EOT], EOT, CPU, clock, is_eog=EOT.__eq__)
     drafter = LookupDrafter()
     if clairvoyant:
-        drafter.lookup = policy_replay.ClairvoyantLookup(target.sequence)
+        drafter.lookup = policy_replay.clairvoyant_lookup(target.sequence)
     engine = SpecEngine(target, drafter, clock=clock)  # type: ignore[arg-type]  # the stand-in context
     events = engine.generate(prompt, 400, spec=spec)
     return [e for e in events if isinstance(e, StepEvent) and e.copy]
@@ -162,3 +164,26 @@ def test_bad_input_names_the_file_or_the_flag(tmp_path: Path, capsys: pytest.Cap
     path = _corpus(tmp_path / "same.json", "same", CPU)
     assert main(["bench-replay", str(path), "--row-costs", "same=1:1,2:1.8"]) == EXIT_BAD_INPUT
     assert "same name" in capsys.readouterr().err
+
+
+def test_bench_replay_out_records_a_corpus_that_bench_replay_replays(smol_path, tmp_path):
+    corpus_file = tmp_path / "corpus.json"
+    report_file = tmp_path / "report.json"
+    result = research_bench("bench", "--prompts", _suite(tmp_path), "-m", smol_path, "--modes", "none", "--repeat",
+                            1, "--no-warmup", "-c", 512, "--json-out", report_file, "--replay-out", corpus_file,
+                            "--replay-name", "smol", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    corpus = json.loads(corpus_file.read_text())
+    runs = {r["prompt_id"]: r for r in json.loads(report_file.read_text())["runs"]}
+    assert corpus["name"] == "smol" and set(corpus["prompts"]) == set(runs) == {"echo", "turns"}
+    assert corpus["row_costs"]["1"] == 1.0 and float(corpus["row_costs"]["4"]) > 1.0
+    assert corpus["eog"]  # the template's end-of-turn ids, from the prompts
+    for pid, p in corpus["prompts"].items():
+        assert len(p["prompt"]) == runs[pid]["prompt_tokens"] and len(p["reply"]) == runs[pid]["tokens"]
+        assert p["stopped"] == (runs[pid]["finish_reason"] == "stop") and p["n_predict"] == runs[pid]["n_predict"]
+    # The replay drives the real engine and must write each recorded reply again, or it fails.
+    replayed = research_bench("bench-replay", corpus_file, "--json", home=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    rows = json.loads(replayed.stdout)["rows"]
+    assert {r["prompt_id"] for r in rows} == {"echo", "turns"}
+    assert all(r["costs"]["smol"]["lookup"] > 0.5 and r["costs"]["smol"]["bound"] >= 1.0 for r in rows)

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from app.cli import copy_bound, policy_replay
-from app.cli.native_replay import REPLAYED
 from app.engine.draft_policy import COPY_MAX_AUTO, resolve_copies
 from app.engine.drafters import LookupDrafter
 from app.engine.events import FinishEvent, StepEvent
 from app.engine.speculative import SpecEngine, SpecParams
+from tests.research_bench import research_bench
 from tests.test_bench import _suite
-from tests.test_cli import specchat
+from tools.bench import copy_bound, policy_replay
+from tools.bench.native_replay import REPLAYED
 
 
 def test_copyable_counts_the_continuation_of_a_matching_earlier_spot():
@@ -59,7 +59,7 @@ def test_row_costs_are_measured_on_the_real_target(smol_session):
 
 
 def test_bench_cli_prints_each_prompts_copy_bound(smol_path, tmp_path):
-    result = specchat("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none",
+    result = research_bench("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none",
                       "--repeat", 1, "--no-warmup", "-c", 512, "--copy-bound", home=tmp_path)
     assert result.returncode == 0, result.stderr
     bounds = json.loads(result.stdout)["copy_bound"]
@@ -74,11 +74,26 @@ def test_bench_cli_prints_each_prompts_copy_bound(smol_path, tmp_path):
     assert set(bounds["llama_cpp_replay"]) == set(bounds["prompts"])
     assert all(set(types) == set(REPLAYED) and all(x > 0 for x in types.values())
                for types in bounds["llama_cpp_replay"].values())
-    table = specchat("bench", "--prompts", _suite(tmp_path), "-m", smol_path, "--modes", "none", "--repeat", 1,
-                     "--no-warmup", "-c", 512, "--copy-bound", home=tmp_path)
+    table = research_bench("bench", "--prompts", _suite(tmp_path), "-m", smol_path, "--modes", "none", "--repeat", 1,
+                           "--no-warmup", "-c", 512, "--copy-bound", home=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "Copy bound" in table.stdout and "echo" in table.stdout
     assert "llama.cpp's n-gram types replayed alike on echo: ngram-simple" in table.stdout
+
+
+def test_the_research_flags_are_the_research_benchs_not_the_products(capsys):
+    """`specchat bench` (shipped) has no copy bound or replay corpus; `python -m tools.bench bench` has every flag
+    of it and those."""
+    from app.cli.main import build_parser
+    from tools.bench.cli import build_parser as research_parser
+
+    for flag in ("--copy-bound", "--replay-out=c.json"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["bench", flag])
+        assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
+    args = research_parser().parse_args(["bench", "--copy-bound", "--replay-out", "c.json", "--native", "bin",
+                                         "--modes", "none", "--repeat", "1"])
+    assert args.copy_bound and args.replay_out.name == "c.json" and args.native.name == "bin" and args.repeat == 1
 
 
 CPU_SPEC = resolve_copies(SpecParams(copy_max=COPY_MAX_AUTO), target_on_gpu=False)  # what resolve_spec gives on the CPU
@@ -105,7 +120,7 @@ def test_replayed_lookup_gains_where_rows_are_cheap_and_stays_under_the_bound():
 
 
 def test_the_stand_in_target_answers_each_row_with_the_next_recorded_token():
-    target = policy_replay.StandInTarget([5, 6, 7], 8, {1: 1.0}, policy_replay._Clock())
+    target = policy_replay.StandInTarget([5, 6, 7], 8, {1: 1.0}, policy_replay.ReplayClock())
     target.decode([5, 6], logits_for="all")
     assert [int(target.logits(i).argmax()) for i in range(2)] == [6, 7]
 
@@ -117,7 +132,7 @@ QUOTING_PROMPT = [1, 2, *BLOCK, EOT, 5, 6]
 
 
 def _steps(prompt: list[int], reply: list[int], n_predict: int) -> list[StepEvent]:
-    clock = policy_replay._Clock()
+    clock = policy_replay.ReplayClock()
     target = policy_replay.StandInTarget([*prompt, *reply, EOT], EOT, copy_bound_costs(), clock)
     engine = SpecEngine(target, LookupDrafter(), clock=clock)  # type: ignore[arg-type]
     events = list(engine.generate(prompt, n_predict, spec=CPU_SPEC))

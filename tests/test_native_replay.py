@@ -1,4 +1,4 @@
-"""llama.cpp's n-gram drafters as app/cli/native_replay.py replays them: each type's rules on made-up token
+"""llama.cpp's n-gram drafters as tools/bench/native_replay.py replays them: each type's rules on made-up token
 sequences, and the replay's drafted/accepted counts against llama-speculative-simple's own on recorded replies."""
 
 from __future__ import annotations
@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import native_replay as nr
+from app.cli import native_bench as nb
+from tests.research_bench import research_bench
+from tests.test_bench import NATIVE_BIN, _suite
+from tools.bench import native_replay as nr
 
 REPORTS = Path(__file__).resolve().parent.parent / "docs" / "bench-reports"
 A = list(range(1000, 1100))
@@ -109,3 +112,29 @@ def test_replay_counts_are_llama_cpps_own(report, corpus, least):
             assert (got.drafted, got.accepted) == (real[0]["drafted"], real[0]["accepted"]), (pid, mode)
             checked += 1
     assert checked >= least
+
+
+@pytest.mark.skipif(not (NATIVE_BIN / nb.COMPLETION).is_file() or not (NATIVE_BIN / nb.SPECULATIVE).is_file(),
+                    reason=f"llama.cpp's tools are not built in {NATIVE_BIN} (set SPECCHAT_NATIVE_BIN; see "
+                           "docs/BENCHMARKS.md, \"Comparing with llama.cpp itself\")")
+def test_replay_drafts_and_accepts_what_the_real_tool_did_in_the_research_bench(smol_path, tmp_path):
+    """The research bench beside llama.cpp's tools, recording its corpus: each n-gram type's replay on the recorded
+    reply drafts and accepts what llama-speculative-simple did on the same prompt tokens."""
+    result = research_bench("bench", "--prompts", _suite(tmp_path), "--json", "-m", smol_path, "--modes", "none",
+                            "--native", NATIVE_BIN, "--native-modes", "ngram-simple,ngram-mod", "--repeat", 1,
+                            "--no-warmup", "-c", 512, "--copy-bound", "--replay-out", tmp_path / "c.json",
+                            home=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data["copy_bound"]["llama_cpp_replay"]) == {"echo", "turns"}
+    corpus = json.loads((tmp_path / "c.json").read_text())
+    checked = 0
+    for run in data["runs"]:
+        if run["mode"] in ("llama.cpp:ngram-simple", "llama.cpp:ngram-mod") and run["identical"]:
+            p = corpus["prompts"][run["prompt_id"]]
+            end = next((t for t in reversed(p["prompt"]) if t in corpus["eog"]), -1)
+            got = nr.replay(run["mode"].removeprefix("llama.cpp:"), p["prompt"], p["reply"], p["stopped"],
+                            p["n_predict"], end)
+            assert (got.drafted, got.accepted) == (run["drafted"], run["accepted"]), run["prompt_id"]
+            checked += 1
+    assert checked, data["runs"]

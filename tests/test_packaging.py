@@ -455,3 +455,66 @@ def test_deb_carries_the_licences() -> None:
     assert "hf_xet" not in listing
     files = _check_dep5(_deb_file(deb, "usr/share/doc/specchat/copyright"))
     assert any(p["Files"].startswith("opt/specchat/_internal/PySide6") for p in files)
+
+
+# --- the research bench stays in the checkout: not in the wheel, the bundle or the .deb (issue 56) ---------------
+
+# Once app/cli's, now tools/bench's: the product must not carry them under either name.
+RESEARCH_MODULES = ("bench_pool", "bench_replay", "copy_bound", "copy_bound_report", "native_replay", "policy_replay")
+
+
+def _research(modules: list[str]) -> list[str]:
+    moved = {f"app.cli.{name}" for name in RESEARCH_MODULES}
+    return sorted(m for m in modules if m == "tools" or m.startswith("tools.") or m in moved)
+
+
+def _bundled_modules(executable: Path) -> list[str]:
+    """The Python modules a PyInstaller executable carries: its embedded PYZ archive's table of contents."""
+    readers = pytest.importorskip("PyInstaller.archive.readers")
+    archive = readers.CArchiveReader(str(executable))
+    pyz = next(name for name in archive.toc if name.startswith("PYZ"))
+    return list(archive.open_embedded_archive(pyz).toc)
+
+
+def test_the_research_modules_live_in_tools_only() -> None:
+    """The list the checks below look for is the real one: every research module is in tools/bench, none in app/."""
+    assert all((ROOT / "tools" / "bench" / f"{name}.py").is_file() for name in RESEARCH_MODULES)
+    assert _research([".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "app").rglob("*.py")]) == []
+
+
+def test_wheel_leaves_out_the_research_tools() -> None:
+    """pyproject.toml's package discovery, as setuptools runs it for the wheel, finds app/, ui/ and never tools/."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = find_packages(str(ROOT), include=find["include"], exclude=find.get("exclude", ()))
+    assert "app.cli" in packages and "ui.shell" in packages
+    assert _research(packages) == [] and not any(p.startswith("tests") for p in packages)
+
+
+def test_spec_keeps_the_research_tools_out_of_the_bundle() -> None:
+    """PyInstaller follows imports (and takes app/ and ui/ whole); tools/ is excluded outright, so even a stray
+    import of it would not ship it (import-linter forbids that import too)."""
+    spec = (ROOT / "packaging" / "specchat.spec").read_text()
+    assert re.search(r'^RESEARCH_EXCLUDES = \["tools"\]', spec, re.M) and "+ RESEARCH_EXCLUDES" in spec
+    assert 'collect_submodules("tools' not in spec
+
+
+@pytest.mark.skipif(not (BUNDLE / "SpecChat").is_file(), reason="needs the built bundle (packaging/build.sh)")
+def test_bundle_carries_no_research_tool() -> None:
+    modules = _bundled_modules(BUNDLE / "SpecChat")
+    assert "app.cli.bench" in modules and "app.cli.native_bench" in modules  # `specchat bench --native` ships
+    assert _research(modules) == []
+
+
+@pytest.mark.skipif(_built_deb() is None, reason="needs the built .deb (packaging/build-deb.sh) and dpkg-deb")
+def test_deb_carries_no_research_tool(tmp_path: Path) -> None:
+    deb = _built_deb()
+    assert deb is not None
+    tar = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tmp_path), "./opt/specchat/SpecChat"], input=tar, check=True)
+    modules = _bundled_modules(tmp_path / "opt" / "specchat" / "SpecChat")
+    assert "app.cli.bench" in modules and "app.cli.native_bench" in modules
+    assert _research(modules) == []

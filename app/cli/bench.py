@@ -24,11 +24,11 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from app import settings as settings_mod
 from app.atomic import atomic_write_text
-from app.cli import bench_replay, copy_bound, native_bench, native_replay, native_server, policy_replay, rounding_check
+from app.cli import native_bench, native_server, rounding_check
 from app.cli.bench_child import Recorded, Request, run_in_child, run_once, run_recorded
 from app.cli.native_bench import NATIVE_MODES, PREFIX, SERVER_MODES, NativeResult, NativeSettings
 from app.cli.options import gen_params, pair_config, resolve_models
@@ -108,6 +108,19 @@ class BenchRun:
     # With server-plain: the same against llama-server's plain decoding, loaded once for the bench
     speedup_vs_llama_server: float | None = None
     vs_llama_server_interval: list[float] | None = None
+
+
+class BenchAddOn(Protocol):
+    """One more section of the report, measured on the loaded pair after the timed runs (which it must not disturb:
+    it runs untimed, after them). The product has none; tools/bench's research bench adds the copy bound this way."""
+
+    @property
+    def key(self) -> str: ...  # the report's key for the section
+
+    def measure(self, session: SpecSession, prompts: Sequence[BenchPrompt], runs: Sequence[BenchRun],
+                spec: SpecParams) -> dict[str, Any] | None: ...
+
+    def format(self, section: dict[str, Any], runs: Sequence[BenchRun]) -> list[str]: ...
 
 
 def _row_error(source: str, number: int, what: str) -> ValueError:
@@ -476,7 +489,8 @@ def _native_plan(args: argparse.Namespace, cfg: Any, params: GenParams, workdir:
     return NativePlan(settings, modes, workdir)
 
 
-def run_bench_cli(args: argparse.Namespace) -> int:
+def run_bench_cli(args: argparse.Namespace, add_ons: Sequence[BenchAddOn] = ()) -> int:
+    """`specchat bench`; `add_ons`: report sections measured after the runs (see BenchAddOn)."""
     from tqdm import tqdm
 
     if args.repeat < 1:
@@ -511,8 +525,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
                     runs.append(run)
             if args.compare_llama_cpp_python:
                 reference = _reference_lookup(session, prompts, params, cfg)
-            bounds = (_copy_bounds(session, prompts, runs, spec_used, args.replay_out, args.replay_name)
-                      if args.copy_bound or args.replay_out else None)
+            sections = {a.key: a.measure(session, prompts, runs, spec_used) for a in add_ons}
     report = {
         "machine": machine_description(),
         "models": {"target": str(target), "draft": str(draft) if draft else None},
@@ -541,46 +554,15 @@ def run_bench_cli(args: argparse.Namespace) -> int:
                             "specchat_system_info": ours, "same_build_features": native.system_info == ours}
     if reference:
         report["llama_cpp_python_prompt_lookup"] = reference
-    if bounds:
-        report["copy_bound"] = bounds
+    report.update({key: section for key, section in sections.items() if section})
     text = json.dumps(report, indent=2)
     if args.json_out is not None:
         atomic_write_text(args.json_out, text + "\n")
     if args.json:
         print(text)
     else:
-        print(format_report(runs, report))
+        print(format_report(runs, report, add_ons))
     return 0
-
-
-def _copy_bounds(session: SpecSession, prompts: list[BenchPrompt], runs: list[BenchRun],
-                 spec: SpecParams, replay_out: Path | None = None, replay_name: str | None = None) -> dict[str, Any]:
-    """Each prompt's clairvoyant copy bound (copy_bound.py) for its plain reply, with this machine's row costs,
-    timed after the runs (untimed for them) over the longest prompt; and SpecChat's lookup replayed on the same
-    reply and costs (policy_replay.py), to tell the policy's share of the gap from the wall clock's noise.
-    replay_out: also write the replies and costs as a corpus for `specchat bench-replay`."""
-    tokenized = {p.id: session.chat_prompt(p.chat()) for p in prompts}
-    costs = copy_bound.measure_row_costs(session, max(tokenized.values(), key=len))
-    plain = {r.prompt_id: r for r in runs if r.mode == "none" and r.engine == "specchat"}
-    ids = [pid for pid in tokenized if pid in plain]
-    is_eog = session.target_ctx.model.is_eog
-    if replay_out is not None:
-        eog = {t for tokens in tokenized.values() for t in tokens if is_eog(t)}
-        bench_replay.write_corpus(replay_out, bench_replay.corpus(
-            tokenized, plain, costs, sorted(eog), spec, machine_description(), replay_name or replay_out.stem))
-    native = {}
-    for pid in ids:  # llama.cpp's own n-gram types on the same replies and costs (native_replay.py)
-        end = policy_replay.template_end(tokenized[pid], is_eog)
-        native[pid] = {mode: round(native_replay.replay(
-            mode, tokenized[pid], plain[pid].token_ids, plain[pid].finish_reason == "stop", plain[pid].n_predict,
-            end).speedup(costs), 3) for mode in native_replay.REPLAYED}
-    return {"key": copy_bound.KEY, "row_costs": {str(r): round(c, 3) for r, c in costs.items()},
-            "prompts": {pid: round(copy_bound.bound(tokenized[pid], plain[pid].token_ids, costs), 3) for pid in ids},
-            "lookup_replay": {pid: round(policy_replay.replayed_speedup(
-                tokenized[pid], plain[pid].token_ids, plain[pid].finish_reason == "stop", costs, spec,
-                plain[pid].n_predict, is_eog), 3)
-                for pid in ids},
-            "llama_cpp_replay": native}
 
 
 def _reference_lookup(session: SpecSession, prompts: list[BenchPrompt], params: GenParams,
@@ -621,7 +603,7 @@ def _ratio(value: float | None) -> str:
     return f"{value:.2f}x" if value is not None else "-"
 
 
-def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
+def format_report(runs: list[BenchRun], report: dict[str, Any], add_ons: Sequence[BenchAddOn] = ()) -> str:
     s = report["settings"]
     lines = [f"tokens/s exclude prompt processing. SpecChat: {MEASUREMENT['specchat']}."]
     if "native" in report:
@@ -669,23 +651,9 @@ def format_report(runs: list[BenchRun], report: dict[str, Any]) -> str:
         low, high = control["min_speedup_vs_llama_cpp"], control["max_speedup_vs_llama_cpp"]
         lines.append(f"Noise floor: llama.cpp plain, run again in every round, scored {low:.2f}-{high:.2f}x of itself "
                      "per prompt; a vs cpp ratio inside that band is this machine's noise, not a speed difference.")
-    bounds = report.get("copy_bound")
-    if bounds:
-        lines.append("")
-        lines.append("A target pass of r rows, in one-row passes: "
-                     + ", ".join(f"{r}: {c:.2f}" for r, c in bounds["row_costs"].items()))
-        lines.append(f"Copy bound (a drafter that knows the reply, copies context text after {bounds['key']} matching "
-                     "tokens and sizes each verify for these costs; x plain steps): "
-                     + ", ".join(f"{pid} {b:.2f}x" for pid, b in bounds["prompts"].items()))
-        replayed = bounds.get("lookup_replay", {})
-        if replayed:
-            lines.append("SpecChat's lookup replayed on the same replies and costs (x plain steps): "
-                         + ", ".join(f"{pid} {b:.2f}x" for pid, b in replayed.items()))
-        for pid, types in bounds.get("llama_cpp_replay", {}).items():
-            best = max(types, key=lambda m: types[m])
-            lines.append(f"llama.cpp's n-gram types replayed alike on {pid}: "
-                         + ", ".join(f"{m} {x:.2f}x" for m, x in types.items())
-                         + (f"; lookup / {best}: {replayed[pid] / types[best]:.2f}x" if pid in replayed else ""))
+    for add_on in add_ons:
+        if report.get(add_on.key):
+            lines += ["", *add_on.format(report[add_on.key], runs)]
     ref = report.get("llama_cpp_python_prompt_lookup")
     if ref:
         lines.append("")

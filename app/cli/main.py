@@ -37,9 +37,44 @@ def _cmd_bench_run(args: argparse.Namespace) -> int:
     return bench_run(args.request, args.result)
 
 
+def add_bench_args(bench: argparse.ArgumentParser) -> None:
+    """`bench`'s flags (tools/bench's research bench takes them too, and adds its own)."""
+    bench.add_argument("--prompts", type=Path, help="JSONL file: {\"id\", \"kind\"?, \"n_predict\"?} with "
+                       "\"prompt\" (a string) or \"messages\" (a list of {\"role\", \"content\"})")
+    bench.add_argument("--json", action="store_true", help="print the whole report as one JSON object")
+    bench.add_argument("--json-out", metavar="FILE", type=Path, default=None,
+                       help="also write that JSON report to FILE (atomically), while printing the table")
+    bench.add_argument("--modes", default="none,lookup,hybrid,draft",
+                       help="comma-separated modes (none is always run; auto means lookup on a CPU build, "
+                       "hybrid on a GPU build)")
+    bench.add_argument("--repeat", type=int, default=3, help="timed rounds per prompt; medians are reported")
+    bench.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up round")
+    bench.add_argument("--compare-llama-cpp-python", action="store_true",
+                       help="also time llama-cpp-python's own LlamaPromptLookupDecoding on each prompt")
+    native = bench.add_argument_group("llama.cpp's own tools")
+    native.add_argument("--native", type=Path, metavar="DIR", help="folder holding llama-completion and "
+                        "llama-speculative-simple: run them on the same prompt tokens, in the same rounds")
+    native.add_argument("--native-modes",
+                        default="plain,draft-simple,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod",
+                        help="comma-separated llama.cpp modes: plain, plain-again, server-plain, draft-simple, "
+                             "ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod (llama.cpp's --spec-default), "
+                             "ngram-cache (plain is always run; plain-again runs it twice per round, an A/A control "
+                             "that shows the machine's noise floor; server-plain times llama-server, loaded once "
+                             "for the whole bench: with --processes shared, long-lived against long-lived)")
+    native.add_argument("--native-timeout", type=float, default=600.0, metavar="S",
+                        help="seconds one llama.cpp run may take")
+    bench.add_argument("--processes", choices=("auto", "fresh", "shared"), default="auto",
+                       help="fresh: each timed SpecChat run in a process of its own, started as llama.cpp's runs "
+                       "are (some machines decode faster in a child while the parent holds the models); "
+                       "shared: all in the bench's process; auto: fresh with --native, else shared")
+    native.add_argument("--native-args", default="", metavar="ARGS",
+                        help="extra arguments for every llama.cpp run, as one string: "
+                        "--native-args='--spec-ngram-simple-size-n 3'")
+    add_model_args(bench)
+    add_generation_args(bench)
+
+
 def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentParser:
-    from app.cli import bench_pool as cli_bench_pool
-    from app.cli import bench_replay as cli_bench_replay
     from app.cli import chats as cli_chats
     from app.cli import hub as cli_hub
     from app.cli import models as cli_models
@@ -64,48 +99,7 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
     bench = sub.add_parser("bench", help="plain vs lookup vs draft on a prompt suite, side by side",
                            description="Every mode on every prompt, interleaved in rotated rounds after an untimed "
                            "warm-up; medians and same-round ratios. --native DIR adds llama.cpp's own tools.")
-    bench.add_argument("--prompts", type=Path, help="JSONL file: {\"id\", \"kind\"?, \"n_predict\"?} with "
-                       "\"prompt\" (a string) or \"messages\" (a list of {\"role\", \"content\"})")
-    bench.add_argument("--json", action="store_true", help="print the whole report as one JSON object")
-    bench.add_argument("--json-out", metavar="FILE", type=Path, default=None,
-                       help="also write that JSON report to FILE (atomically), while printing the table")
-    bench.add_argument("--modes", default="none,lookup,hybrid,draft",
-                       help="comma-separated modes (none is always run; auto means lookup on a CPU build, "
-                       "hybrid on a GPU build)")
-    bench.add_argument("--repeat", type=int, default=3, help="timed rounds per prompt; medians are reported")
-    bench.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up round")
-    bench.add_argument("--copy-bound", action="store_true",
-                       help="also time the target's passes by row count and print, per prompt, the most any copy "
-                       "drafter could gain on its plain reply with those costs, and SpecChat's lookup replayed on "
-                       "the same reply and costs")
-    bench.add_argument("--compare-llama-cpp-python", action="store_true",
-                       help="also time llama-cpp-python's own LlamaPromptLookupDecoding on each prompt")
-    bench.add_argument("--replay-out", metavar="FILE", type=Path, default=None,
-                       help="also write each prompt's tokens, its plain reply and the row costs (as --copy-bound "
-                       "times them) to FILE, a corpus for `specchat bench-replay`")
-    bench.add_argument("--replay-name", metavar="NAME", default=None,
-                       help="the corpus's name in bench-replay's tables (default: FILE's name without .json)")
-    native = bench.add_argument_group("llama.cpp's own tools")
-    native.add_argument("--native", type=Path, metavar="DIR", help="folder holding llama-completion and "
-                        "llama-speculative-simple: run them on the same prompt tokens, in the same rounds")
-    native.add_argument("--native-modes",
-                        default="plain,draft-simple,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod",
-                        help="comma-separated llama.cpp modes: plain, plain-again, server-plain, draft-simple, "
-                             "ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod (llama.cpp's --spec-default), "
-                             "ngram-cache (plain is always run; plain-again runs it twice per round, an A/A control "
-                             "that shows the machine's noise floor; server-plain times llama-server, loaded once "
-                             "for the whole bench: with --processes shared, long-lived against long-lived)")
-    native.add_argument("--native-timeout", type=float, default=600.0, metavar="S",
-                        help="seconds one llama.cpp run may take")
-    bench.add_argument("--processes", choices=("auto", "fresh", "shared"), default="auto",
-                       help="fresh: each timed SpecChat run in a process of its own, started as llama.cpp's runs "
-                       "are (some machines decode faster in a child while the parent holds the models); "
-                       "shared: all in the bench's process; auto: fresh with --native, else shared")
-    native.add_argument("--native-args", default="", metavar="ARGS",
-                        help="extra arguments for every llama.cpp run, as one string: "
-                        "--native-args='--spec-ngram-simple-size-n 3'")
-    add_model_args(bench)
-    add_generation_args(bench)
+    add_bench_args(bench)
     bench.set_defaults(func=_cmd_bench)
     bench_run = sub.add_parser("bench-run", help="(started by `bench --processes fresh`) one timed run in its "
                                "own process")
@@ -115,8 +109,6 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
 
     cli_models.register(sub, models_hooks=(cli_hub.register_models_hooks,))
     cli_chats.register(sub)
-    cli_bench_pool.register(sub)
-    cli_bench_replay.register(sub)
     cli_rpc_server.register(sub)
     cli_rpc_proxy.register(sub)
     try:
@@ -132,12 +124,17 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
 
 def main(argv: Sequence[str] | None = None, extra_commands: Sequence[Register] = (),
          default_command: str | None = None) -> int:
-    parser = build_parser(extra_commands)
+    return run(build_parser(extra_commands), argv, default_command)
+
+
+def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, default_command: str | None = None) -> int:
+    """Parse `argv` and run its command's handler: bad input ends in one line, `PROG: error: ...`, and exit 2.
+    (tools/bench runs its research commands through this too.)"""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv and default_command:
         argv = [default_command]
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(message)s")
+    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.ERROR, format="%(message)s")
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
@@ -150,7 +147,7 @@ def main(argv: Sequence[str] | None = None, extra_commands: Sequence[Register] =
         return int(args.func(args))
     except (UserError, LlamaError, GGUFError, ChatTemplateError, WontFitError, PredictionError, ValueError,
             OSError) as exc:
-        print(f"specchat: error: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130

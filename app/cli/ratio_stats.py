@@ -1,4 +1,4 @@
-"""Statistics of per-round speed ratios, shared by `specchat bench` and `specchat bench-pool` (no model needed)."""
+"""Statistics of per-round speed ratios, shared by `specchat bench` and tools/bench's bench-pool (no model needed)."""
 
 from __future__ import annotations
 

@@ -8,9 +8,10 @@ a time (as plain decoding), the whole context in one pass, and its last BATCH_RO
 batch. If the gap moves by more than plain decoding's own gap, the parting is within measured rounding: the
 two replies are both the target's, computed in different batches (docs/BENCHMARKS.md, run 13).
 
-Given the speculative run's own steps (`layout`), it also replays them: the prompt prefilled as the engine does,
-then every verify batch `[last token, *drafted]` decoded and rolled back to the accepted rows, up to the step
-that emitted the parting token, whose row it reads. When that row's choice is the speculative token, the parting
+Given the speculative run's own steps (`layout`), it also replays them with app.engine.parting.replay_row (the
+replay the chat window's parting check runs too): the prompt prefilled as the engine does, then every verify batch
+`[last token, *drafted]` decoded and rolled back to the accepted rows, up to the step that emitted the parting
+token, whose row it reads. When that row's choice is the speculative token, the parting
 is reproduced: the target itself picks that token when its cache was built in those batches, so the reply is
 the target's own and no engine fault (a wrong row, a stale cache) is needed to explain it.
 """
@@ -22,11 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.engine.parting import Batch
-from app.engine.parting import replay_row as _replay_cached
+from app.engine.parting import Batch, replay_row
 from app.engine.session import SpecSession
-
-__all__ = ["BATCH_ROWS", "Batch", "RoundingCheck", "measure", "replay_row"]
+from app.llama_backend.core import LlamaContext
 
 BATCH_ROWS = 32  # the longest verify the CPU default runs (a sure copy of 31 tokens)
 
@@ -44,16 +43,14 @@ def _gap(logits: np.ndarray, plain_token: int, spec_token: int) -> float:
     return float(logits[plain_token] - logits[spec_token])
 
 
-def replay_row(session: SpecSession, prompt: Sequence[int], reply: Sequence[int], steps: Sequence[Batch],
-               position: int) -> np.ndarray:
-    """The target's logits for reply[position], computed in the batches the speculative run decoded, from a
-    fresh cache: the engine's prefill (n_batch chunks, the last row's logits kept), then the run's verifies
-    (app.engine.parting.replay_row). `reply` must agree with the run's accepted drafts before `position`."""
+def prefilled(session: SpecSession, prompt: Sequence[int]) -> LlamaContext:
+    """The target's context from a fresh cache holding `prompt` with its last row's logits kept, as the engine
+    leaves it before a reply: where app.engine.parting.replay_row starts replaying a run's batches."""
     ctx = session.target_ctx
     session.clear_caches()
     ctx.decode(list(prompt), logits_for="last")
     ctx.keep_last_logits()
-    return _replay_cached(ctx, len(prompt), [*prompt, *reply], steps, position)
+    return ctx
 
 
 def measure(session: SpecSession, prompt: Sequence[int], reply: Sequence[int], position: int, plain_token: int,
@@ -79,7 +76,7 @@ def measure(session: SpecSession, prompt: Sequence[int], reply: Sequence[int], p
         gaps[f"batch_{rows}"] = _gap(ctx.logits(rows - 1), plain_token, spec_token)
         reproduced = None
         if steps:
-            row = replay_row(session, prompt, reply, steps, position)
+            row = replay_row(prefilled(session, prompt), len(prompt), [*prompt, *reply], steps, position)
             gaps["engine_batches"] = _gap(row, plain_token, spec_token)
             reproduced = int(np.argmax(row)) == spec_token
     finally:

@@ -41,7 +41,7 @@ Five additions for copy-with-edits replies and lists of records, which llama.cpp
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 _BITS = 32  # a packed key holds one token id per 32 bits
@@ -179,16 +179,25 @@ TRUST_DECAY = 0.8  # per scored draft: the last five or so count
 TRUST_OPENING = 8
 
 
+# (context, a sure copy's tokens after it, already cut before any slot) -> how many of them the copy keeps.
+SureCut = Callable[[Sequence[int], tuple[int, ...]], int]
+
+
 class PromptLookup:
     """The n-gram proposer behind LookupDrafter and HybridDrafter.
 
     `propose(context, k)` indexes the tokens appended since the last call (and scores the last committed
     draft against them), then returns a Proposal or None; `commit(proposal)` tells it the proposal was
     drafted, so its key's draft length follows what the target accepts. `prepare(context)` starts a reply.
+
+    `sure_cut`: replaces the rule for where a sure copy stops (see running_copy); the app never passes one. A
+    policy replay does (tools/bench's clairvoyant lookup cuts each copy where the recorded reply parts from it),
+    to measure what a perfect rule would give with everything else unchanged.
     """
 
-    def __init__(self, params: NgramParams | None = None) -> None:
+    def __init__(self, params: NgramParams | None = None, sure_cut: SureCut | None = None) -> None:
         self.params = params or NgramParams()
+        self.sure_cut = sure_cut
         self.index = NgramIndex(self.params.sizes)
         self._reset()
 
@@ -269,13 +278,14 @@ class PromptLookup:
         tokens, origins = self._stream(context, s, self._j, min(k, self.params.tokens_per_match * self._run), applied)
         n = self._cut(origins)
         if cut_at_edits and n > 0:
-            n = self._sure_cut(context, s, tokens[:n], origins[:n], applied)
+            n = (self._sure_cut(context, s, tokens[:n], origins[:n], applied) if self.sure_cut is None
+                 else self.sure_cut(context, tokens[:n]))
         return Proposal(tokens[:n], s, self._run, None) if n > 0 else None
 
     def _sure_cut(self, context: Sequence[int], s: int, tokens: tuple[int, ...], origins: list[int | None],
                   applied: list[tuple[int, tuple[int, ...]]]) -> int:
         """How many of a copy's tokens (already cut before any slot) a sure copy keeps: see running_copy.
-        (policy_replay's clairvoyant lookup overrides it, to measure what a perfect rule would give.)"""
+        (A `sure_cut` given to the constructor replaces it.)"""
         # Stop before the next source token at which one of this reply's copies broke off before.
         edited = self._edited
         n = next((i for i, o in enumerate(origins) if o is not None and context[o] in edited), len(origins))

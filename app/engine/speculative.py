@@ -76,7 +76,7 @@ class SpecEngine:
         self.model = target.model
         self.drafter = drafter
         self.prompt_cache = prompt_cache  # the session's kept caches of earlier prompts (shared by its engines)
-        # Seconds, for every timer the governors learn from. A replay (app/cli/policy_replay.py) passes a clock
+        # Seconds, for every timer the governors learn from. A replay (tools/bench/policy_replay.py) passes a clock
         # that its stand-in target advances by a measured cost per verify, so the real policy runs in a second.
         self.clock = clock
 

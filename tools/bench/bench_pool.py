@@ -1,4 +1,5 @@
-"""`specchat bench-pool`: one interval per prompt and mode from the rounds of several `bench --json-out` reports.
+"""`python -m tools.bench bench-pool`: one interval per prompt and mode from the rounds of several
+`specchat bench --json-out` reports.
 
 Why: on a noisy 2-core machine one prompt needs about 20 rounds before a 3% difference shows (docs/BENCHMARKS.md,
 runs 20-21), more than one bench run should take. Reports of the same models and settings, from runs on different

@@ -1,12 +1,13 @@
-"""`specchat bench-replay`: SpecChat's lookup policy replayed on recorded plain replies, on several machines' costs.
+"""`python -m tools.bench bench-replay`: SpecChat's lookup policy replayed on recorded plain replies, on several
+machines' costs.
 
 Why: a timed bench on these 2-core machines needs about 20 rounds per prompt to see a 3% change (docs/BENCHMARKS.md,
-runs 20-22), while the replay (app/cli/policy_replay.py) prices the real engine's steps with measured row costs, is
-deterministic and takes seconds. `specchat bench --copy-bound --replay-out FILE` records a corpus: each prompt's
-tokens, its greedy plain reply, the end-of-turn ids and that machine's row costs. This command replays the current
-code's lookup on every corpus's replies with every corpus's row costs (a policy change must not win on one CPU's
-costs and lose on another's), next to the clairvoyant copy bound on the same reply and costs, and next to
-llama.cpp's own n-gram types replayed on the same reply and costs (app/cli/native_replay.py).
+runs 20-22), while the replay (tools/bench/policy_replay.py) prices the real engine's steps with measured row costs,
+is deterministic and takes seconds. `python -m tools.bench bench --copy-bound --replay-out FILE` records a corpus:
+each prompt's tokens, its greedy plain reply, the end-of-turn ids and that machine's row costs. This command
+replays the current code's lookup on every corpus's replies with every corpus's row costs (a policy change must
+not win on one CPU's costs and lose on another's), next to the clairvoyant copy bound on the same reply and costs,
+and next to llama.cpp's own n-gram types replayed on the same reply and costs (tools/bench/native_replay.py).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from app.atomic import atomic_write_text
-from app.cli import copy_bound, native_replay, policy_replay
 from app.cli.options import UserError
 from app.engine.draft_policy import AUTO_COPY_MAX, COPY_MAX_AUTO, resolve_copies
 from app.engine.speculative import SpecParams
+from tools.bench import copy_bound, native_replay, policy_replay
 
 FORMAT = "specchat-replay-corpus/1"
 
@@ -100,10 +101,10 @@ def load_corpus(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: cannot read it ({exc.strerror or exc}).") from exc
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}); pass a file written by "
-                        "`specchat bench --copy-bound --replay-out`.") from exc
+                        "`python -m tools.bench bench --copy-bound --replay-out`.") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UserError(f"{path}: not a replay corpus (no \"format\": \"{FORMAT}\"); pass a file written by "
-                        "`specchat bench --copy-bound --replay-out`.")
+                        "`python -m tools.bench bench --copy-bound --replay-out`.")
     return data
 
 
@@ -111,7 +112,7 @@ def replay(corpora: Sequence[dict[str, Any]], extra: Sequence[tuple[str, dict[in
            clairvoyant: bool = False) -> dict[str, Any]:
     """Every corpus's replies on every corpus's row costs and on `extra` tables:
     {"tables": [...], "rows": [...], "geomean": {...}}. clairvoyant: each cell also holds the clairvoyant lookup's
-    speedup and its ratio to llama.cpp's best type (policy_replay.ClairvoyantLookup)."""
+    speedup and its ratio to llama.cpp's best type (policy_replay.clairvoyant_lookup)."""
     tables = [(c["name"], {int(r): float(v) for r, v in c["row_costs"].items()}) for c in corpora] + list(extra)
     rows: list[dict[str, Any]] = []
     modes = ("lookup", "clairvoyant") if clairvoyant else ("lookup",)

@@ -6,8 +6,9 @@ This bound is what a clairvoyant copy drafter would reach: one that knows the re
 that is already in the context (a verbatim continuation of an earlier spot whose KEY tokens before it match the
 reply's), and sizes every verify optimally for the measured row costs. Dynamic programming over the reply:
 at each position either a plain step (cost 1, one token) or a verify of L copied tokens (cost c(L + 1), L + 1
-tokens). Any real copy drafter's speedup in plain steps is at most this; the bench prints it per prompt
-(`--copy-bound`) so a target such as "1.5x on long edits" can be judged against what the hardware allows.
+tokens). Any real copy drafter's speedup in plain steps is at most this; the research bench prints it per prompt
+(`python -m tools.bench bench --copy-bound`) so a target such as "1.5x on long edits" can be judged against what
+the hardware allows.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from app.engine.session import SpecSession
 from app.llama_backend.core import LlamaContext
 
 # The row counts timed; others are interpolated. 48 and 64: llama.cpp's ngram-map-k verifies 49 rows and ngram-mod
-# 49-65 (app/cli/native_replay.py prices them).
+# 49-65 (tools/bench/native_replay.py prices them).
 ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 KEY = 2  # context tokens that must match before a copy: SpecChat's lookup resumes a copy on 2 next to an edit
 REPEATS = 5

@@ -6,7 +6,7 @@ output does not depend on the drafts, so what `llama-speculative-simple --spec-t
 reply follows from the reply alone. This module re-implements each type's drafting as the vendored source does it
 (common/ngram-map.cpp, common/ngram-mod.cpp, common/speculative.cpp) and runs the example's draft/verify loop
 (examples/speculative-simple), pricing each verify of r rows with the same measured costs as SpecChat's replay
-(app/cli/policy_replay.py). Its drafted/accepted counts are checked against llama.cpp's real runs
+(tools/bench/policy_replay.py). Its drafted/accepted counts are checked against llama.cpp's real runs
 (tests/test_native_replay.py).
 
 The hash indexes use llama.cpp's own hash functions and slot counts, so even their collisions are replayed. Left
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from app.cli.copy_bound import row_cost
+from tools.bench.copy_bound import row_cost
 
 MASK64 = (1 << 64) - 1
 MASK32 = (1 << 32) - 1

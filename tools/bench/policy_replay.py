@@ -5,7 +5,9 @@ few percent. Greedy output does not depend on what is drafted, so the reply reco
 any speculative run writes. The real SpecEngine with the real drafter and governors is driven by a stand-in
 target that answers each verify row with the recorded token and advances the engine's clock by the measured
 cost of a pass of that many rows (copy_bound.measure_row_costs). The result, in plain steps, is noise-free and
-comparable with the clairvoyant copy bound on the same costs (`specchat bench --copy-bound` prints both).
+comparable with the clairvoyant copy bound on the same costs (`python -m tools.bench bench --copy-bound` prints
+both). The engine sees the stand-in through its public interfaces only: a TargetContext, and the `clock` it
+takes.
 """
 
 from __future__ import annotations
@@ -14,16 +16,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from app.cli.copy_bound import row_cost
 from app.engine.drafters import LookupDrafter, NoDrafter
 from app.engine.events import FinishEvent
 from app.engine.ngram import PromptLookup, common_prefix
 from app.engine.speculative import SpecEngine, SpecParams
+from tools.bench.copy_bound import row_cost
 
 MODES = ("none", "lookup", "clairvoyant")
 
 
-class _Clock:
+class ReplayClock:
+    """The engine's clock in a replay: it moves only when the stand-in target charges a pass."""
+
     def __init__(self) -> None:
         self.seconds = 0.0
 
@@ -54,7 +58,7 @@ class StandInTarget:
     """A target context whose row after position j picks sequence[j + 1] (the recorded reply), and whose passes
     with logits for every row (the verifies) advance `clock` by costs[rows] plain steps of 1 ms."""
 
-    def __init__(self, sequence: Sequence[int], eog: int, costs: Mapping[int, float], clock: _Clock,
+    def __init__(self, sequence: Sequence[int], eog: int, costs: Mapping[int, float], clock: ReplayClock,
                  n_ctx: int = 1 << 20, is_eog: Callable[[int], bool] | None = None) -> None:
         self.sequence = list(sequence)
         self.model = _StandInModel(eog, is_eog)
@@ -115,21 +119,19 @@ class StandInTarget:
         return common
 
 
-class ClairvoyantLookup(PromptLookup):
+def clairvoyant_lookup(sequence: Sequence[int]) -> PromptLookup:
     """SpecChat's lookup, except that a sure copy stops exactly where the recorded reply parts from it, and nowhere
     else (no cut before an edited token, an unconfirmed substitution or an ambiguous source). Everything else
     (when a copy is sure, its length cap, the governors) is unchanged, so its replay shows what a perfect rule for
     where a sure copy stops would give on that reply (docs/BENCHMARKS.md, run 28). Not a strict bound: a copy cut
-    below SURE_COPY_MIN tokens is not taken, where a longer one that breaks late still pays."""
+    below SURE_COPY_MIN tokens is not taken, where a longer one that breaks late still pays.
+    `sequence`: the prompt, the reply and its end of turn."""
 
-    def __init__(self, sequence: Sequence[int]) -> None:
-        super().__init__()
-        self.sequence = sequence  # prompt, reply and its end of turn
-
-    def _sure_cut(self, context: Sequence[int], s: int, tokens: tuple[int, ...], origins: list[int | None],
-                  applied: list[tuple[int, tuple[int, ...]]]) -> int:
+    def cut_where_the_reply_parts(context: Sequence[int], tokens: tuple[int, ...]) -> int:
         end = len(context)
-        return common_prefix(tokens, self.sequence[end:end + len(tokens)])
+        return common_prefix(tokens, sequence[end:end + len(tokens)])
+
+    return PromptLookup(sure_cut=cut_where_the_reply_parts)
 
 
 def template_end(prompt: Sequence[int], is_eog: Callable[[int], bool], default: int = -1) -> int:
@@ -140,7 +142,7 @@ def template_end(prompt: Sequence[int], is_eog: Callable[[int], bool], default: 
 
 def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs: Mapping[int, float], mode: str,
               spec: SpecParams, n_predict: int | None = None, is_eog: Callable[[int], bool] | None = None) -> float:
-    """The decode time of `mode` ("none", "lookup" or "clairvoyant", see ClairvoyantLookup) writing `reply` after
+    """The decode time of `mode` ("none", "lookup" or "clairvoyant", see clairvoyant_lookup) writing `reply` after
     `prompt`, in plain-step ms. `stopped`: the reply ended with an end-of-generation token (one more step), rather
     than at its token budget.
     `n_predict`: the budget the recorded run had. The engine never drafts past the budget, so a replay given
@@ -151,7 +153,7 @@ def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs:
     eog = max(max(prompt, default=0), max(reply, default=0)) + 1
     if is_eog is not None:
         eog = template_end(prompt, is_eog, eog)
-    clock = _Clock()
+    clock = ReplayClock()
     target = StandInTarget([*prompt, *reply, eog], eog, costs, clock, is_eog=is_eog)
     if mode not in MODES:
         raise ValueError(f"no replay mode {mode!r}: use one of {', '.join(MODES)}")
@@ -159,7 +161,7 @@ def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs:
     if mode != "none":
         drafter = LookupDrafter()
         if mode == "clairvoyant":
-            drafter.lookup = ClairvoyantLookup(target.sequence)
+            drafter.lookup = clairvoyant_lookup(target.sequence)
     engine = SpecEngine(target, drafter, clock=clock)
     least = len(reply) + 1 if stopped else len(reply)
     n_predict = least if n_predict is None or not stopped else max(n_predict, least)
