@@ -38,14 +38,23 @@ def test_scripted_run_answers_and_takes_a_picture(smol_path: Path, tmp_path: Pat
     require_working_pyside()
     shot = tmp_path / "shot.png"
     result = _run(["gui", "-m", str(smol_path), "--mode", "lookup", "-n", "12", "--prompt", "Say hello.",
-                   "--screenshot", str(shot), "--quit-when-done"], tmp_path / "home")
+                   "--system", "Always answer in French.", "--screenshot", str(shot), "--quit-when-done"],
+                  tmp_path / "home")
     assert result.returncode == 0, result.stderr[-2000:]
     image = QImage(str(shot))
     assert image.width() >= 1000 and image.height() >= 600
     [chat] = (tmp_path / "home" / "data" / "chats").glob("*.json")
-    messages = json.loads(chat.read_text(encoding="utf-8"))["messages"]
+    saved = json.loads(chat.read_text(encoding="utf-8"))
+    messages = saved["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant"]
     assert messages[1]["status"] == "done" and messages[1]["tokens"] and messages[1]["stats"]["n_tokens"] <= 12
+    # The session's --system is what the reply was answered under: saved with the chat and its reply, and
+    # exported by the command line, which knows nothing of that session.
+    assert saved["system"] == messages[1]["system"] == "Always answer in French."
+    env = {**os.environ, "SPECCHAT_HOME": str(tmp_path / "home")}
+    md = subprocess.run([sys.executable, "-m", "app.cli", "chats", "export", chat.stem], capture_output=True,
+                        text=True, env=env, cwd=ROOT, timeout=120)
+    assert md.returncode == 0 and "## System\n\nAlways answer in French." in md.stdout, md.stderr
 
 
 @pytest.mark.gui

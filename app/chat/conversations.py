@@ -71,6 +71,7 @@ class Message:
     compare: dict[str, Any] | None = None  # the plain run and the verdict of a side-by-side run
     sampling: dict[str, Any] | None = None  # a reply's sampling: {"preset": ..., temperature, top_k, ...}
     rolling: list[list[float]] | None = None  # its rolling acceptance as shown live: [reply index, rate] per step
+    system: str | None = None  # a reply's system prompt, as it was when the reply ran ("" for none)
 
     def to_json(self) -> dict[str, Any]:
         # Not dataclasses.asdict: its deep copy of thousands of token records costs tens of ms.

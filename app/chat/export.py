@@ -14,7 +14,7 @@ from typing import Any
 from app.chat.conversations import Conversation, Message
 
 FORMATS = ("md", "json")
-EXPORT_KEYS = ("role", "content", "created", "status", "mode", "models", "sampling", "error", "stats")
+EXPORT_KEYS = ("role", "content", "created", "status", "mode", "models", "sampling", "system", "error", "stats")
 ROLE_HEADINGS = {"user": "You", "assistant": "Assistant", "system": "System"}
 
 

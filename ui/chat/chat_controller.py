@@ -274,6 +274,11 @@ class ChatController(QObject):
     def _start(self, history: list[dict[str, str]], reply: Message, runs: Sequence[tuple[str, GenParams]],
                continuing: bool = False) -> bool:
         assert self.conv is not None
+        # The chat keeps the system prompt it is answered under (the default, or `gui --system`): reopened,
+        # continued or exported later, it says what the model was told. Each reply records its own too.
+        if self.conv.system is None:
+            self.conv.system = self.default_system
+        reply.system = self.conv.system
         self.recorder = ReplyRecorder(self.store, self.conv, reply)  # saves the prompt before anything runs
         self.transcript.begin_reply(reply)
         if continuing:
