@@ -559,3 +559,17 @@ def test_a_follow_up_reuses_the_ids_of_a_sampled_reply(window: Any, qtbot: Any, 
     prompt = list(finishes[-1].prompt_tokens)
     assert prompt[:len(held)] == held
     assert prefills and prefills[-1].total <= len(prompt) - len(held) + 1
+
+
+def test_regenerate_after_a_kept_prompt_answers_it(window: Any, qtbot: Any) -> None:
+    """Ctrl+R with a prompt left unanswered (what a dismissed overflow bar keeps) answers that prompt; it used to
+    regenerate the reply before it, whose truncate deleted the kept prompt."""
+    window._on_new_action_triggered()
+    _wait_reply(window, qtbot, lambda: window.submit("Name a fruit."))
+    conv = window.controller.conv
+    conv.messages.append(Message("user", "Name a vegetable."))  # kept, never answered
+    window.store.save(conv)
+    first_reply = conv.messages[1].content
+    _wait_reply(window, qtbot, window.regenerate_action.trigger)
+    assert [m.role for m in conv.messages] == ["user", "assistant", "user", "assistant"]
+    assert conv.messages[1].content == first_reply and conv.messages[2].content == "Name a vegetable."

@@ -192,6 +192,18 @@ class ChatController(QObject):
         self._show(conv)
         return self._reply(runs, models)
 
+    def regenerate_last(self, runs: Sequence[tuple[str, GenParams]],
+                        models: dict[str, str | None] | None = None) -> bool:
+        """A new reply to the last prompt (Ctrl+R). A prompt left without its reply (a dismissed overflow bar
+        keeps it) is answered as it stands: regenerating the reply before it would cut the kept prompt."""
+        conv = self.conv
+        if self.busy() or conv is None or not conv.messages:
+            return False
+        if conv.messages[-1].role == "user":
+            return self._reply(runs, models)
+        last = next((i for i in range(len(conv.messages) - 1, 0, -1) if conv.messages[i].role == "assistant"), None)
+        return last is not None and self.regenerate(last, runs, models)
+
     def edit_resend(self, index: int, text: str, runs: Sequence[tuple[str, GenParams]],
                     models: dict[str, str | None] | None = None, keep_branch: bool = False) -> bool:
         """Replace prompt `index` by `text` and answer it; the later turns go, or with

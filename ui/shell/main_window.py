@@ -444,11 +444,8 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_regenerate_action_triggered(self) -> None:
-        conv = self.controller.conv
-        last = next((i for i in range(len(conv.messages) - 1, -1, -1) if conv.messages[i].role == "assistant"),
-                    None) if conv else None
-        if last is not None and self._ready():
-            self.controller.regenerate(last, self.runs(), self._models())
+        if self._ready():
+            self.controller.regenerate_last(self.runs(), self._models())
 
     @Slot()
     def _on_continue_action_triggered(self) -> None:
