@@ -34,6 +34,15 @@ def cache_dir() -> Path:
     return home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
+def log_dir() -> Path:
+    home = _home()
+    return home / "logs" if home else Path(platformdirs.user_log_dir(APP_NAME, appauthor=False))
+
+
+def log_file() -> Path:
+    return log_dir() / "specchat.log"
+
+
 def models_dir() -> Path:
     value = os.environ.get("SPECCHAT_MODELS_DIR")
     return Path(value).expanduser() if value else data_dir() / "models"

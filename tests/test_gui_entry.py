@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -67,17 +66,47 @@ def test_missing_model_is_reported_in_the_window(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_uncaught_errors_show_in_the_window(qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_uncaught_errors_show_in_the_window_and_the_log(qtbot: Any, monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    """An uncaught exception: its traceback in the log file (a menu launch has no terminal), the window's bar
+    names the log and offers "Copy details", and a non-modal box holds the details."""
+    import logging
+    import logging.handlers
+
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtWidgets import QMessageBox, QWidget
+
     import ui.shell.app as gui_app
+    from app import log_file
     from ui.base.message_bar import MessageBar
 
-    bar = MessageBar()
-    qtbot.addWidget(bar)
-    monkeypatch.setattr(gui_app, "_window", SimpleNamespace(errors=bar))
-    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored afterwards
-    gui_app.install_excepthook()
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "home"))
+    path = log_file.install()
+    root = logging.getLogger()
     try:
-        raise ValueError("boom")
-    except ValueError:
-        sys.excepthook(*sys.exc_info())
-    assert "ValueError: boom" in bar.text() and bar.level == "error"
+        assert path == tmp_path / "home" / "logs" / "specchat.log"
+        window = QWidget()
+        qtbot.addWidget(window)
+        window.errors = MessageBar(window)  # type: ignore[attr-defined]
+        monkeypatch.setattr(gui_app, "_window", window)
+        monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored afterwards
+        gui_app.install_excepthook()
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            sys.excepthook(*sys.exc_info())
+        bar = window.errors  # type: ignore[attr-defined]
+        assert "ValueError: boom" in bar.text() and str(path) in bar.text() and bar.level == "error"
+        [copy] = [b for b in bar.buttons() if b.text() == "Copy details"]
+        copy.click()
+        assert "Traceback" in QGuiApplication.clipboard().text() and "boom" in QGuiApplication.clipboard().text()
+        box = window.findChild(QMessageBox, "uncaught-error")
+        assert box is not None and box.isVisible() and "raise ValueError" in box.detailedText()
+        for handler in root.handlers:
+            handler.flush()
+        logged = path.read_text(encoding="utf-8")
+        assert "CRITICAL" in logged and "Traceback" in logged and "ValueError: boom" in logged
+    finally:
+        for handler in [h for h in root.handlers if isinstance(h, logging.handlers.RotatingFileHandler)]:
+            root.removeHandler(handler)
+            handler.close()

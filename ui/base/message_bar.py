@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
 
 LEVEL_STYLES = {
@@ -38,12 +39,14 @@ class MessageBar(QFrame):
         self._button.clicked.connect(self._on_button_clicked)
         self._close.clicked.connect(self._on_close_clicked)
         self.level = "info"
+        self.details = ""
         self.hide()
 
     def show_message(self, text: str, level: str = "info", action: tuple[str, str] | None = None,
-                     rich: bool = False, more: tuple[tuple[str, str], ...] = ()) -> None:
+                     rich: bool = False, more: tuple[tuple[str, str], ...] = (), details: str = "") -> None:
         """Show `text`; `action` is (button text, key emitted by actionTriggered). Plain text unless
-        `rich`: an error quoting `<|im_end|>` or a file name with `<` must show as written."""
+        `rich`: an error quoting `<|im_end|>` or a file name with `<` must show as written. `details` (a
+        traceback, a log excerpt): a "Copy details" button puts them on the clipboard for a bug report."""
         self._label.setTextFormat(Qt.TextFormat.RichText if rich else Qt.TextFormat.PlainText)
         bg, fg, edge = LEVEL_STYLES[level]
         self.level = level
@@ -64,6 +67,13 @@ class MessageBar(QFrame):
             button.clicked.connect(lambda _checked=False, k=key: self.actionTriggered.emit(k))
             self.layout().insertWidget(self.layout().count() - 1, button)
             self._extra.append(button)
+        self.details = details
+        if details:
+            button = QPushButton("Copy details")
+            button.setToolTip("Copy the technical details (for a bug report)")
+            button.clicked.connect(self._on_copy_details_clicked)
+            self.layout().insertWidget(self.layout().count() - 1, button)
+            self._extra.append(button)
         self.show()
 
     def buttons(self) -> list[QPushButton]:
@@ -76,6 +86,10 @@ class MessageBar(QFrame):
     @Slot()
     def _on_button_clicked(self) -> None:
         self.actionTriggered.emit(self._action_key)
+
+    @Slot()
+    def _on_copy_details_clicked(self) -> None:
+        QGuiApplication.clipboard().setText(self.details)
 
     @Slot()
     def _on_close_clicked(self) -> None:

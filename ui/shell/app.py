@@ -23,6 +23,7 @@ from PySide6.QtCore import QLockFile, QObject, QTimer, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
+from app import log_file
 from app import settings as settings_mod
 from app.settings import Settings
 
@@ -31,20 +32,40 @@ _window: Any = None  # the main window, for the excepthook
 
 
 def install_excepthook() -> None:
-    """Print every uncaught exception and show it in the window: the app keeps running."""
+    """Log every uncaught exception with its traceback (the log file, the terminal) and show it in the window,
+    with the details and where the log is: the app keeps running."""
 
     def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-        traceback.print_exception(exc_type, exc, tb)
         if issubclass(exc_type, KeyboardInterrupt):
             QApplication.quit()
             return
-        text = f"Unexpected error: {exc_type.__name__}: {exc}. The details were printed to the terminal."
+        log.critical("Uncaught exception", exc_info=(exc_type, exc, tb))
+        details = "".join(traceback.format_exception(exc_type, exc, tb))
+        where = log_file.current()
+        text = f"Unexpected error: {exc_type.__name__}: {exc}. " + (
+            f"The details are in the log, {where}." if where else "The details were printed to the terminal.")
         if _window is not None:
-            _window.errors.show_message(text, "error")
+            _window.errors.show_message(text, "error", details=details)
+            if isinstance(_window, QWidget):
+                show_details_dialog(_window, text, details)
         elif QApplication.instance() is not None:
             QMessageBox.critical(None, "SpecChat", text)
 
     sys.excepthook = hook
+
+
+def show_details_dialog(parent: QWidget, text: str, details: str) -> QMessageBox:
+    """A non-modal box with the error and its traceback under "Show Details" (one at a time: an error in a
+    loop must not stack dialogs)."""
+    box = parent.findChild(QMessageBox, "uncaught-error")
+    if not isinstance(box, QMessageBox):
+        box = QMessageBox(QMessageBox.Icon.Critical, "SpecChat", text, QMessageBox.StandardButton.Close, parent)
+        box.setObjectName("uncaught-error")
+        box.setModal(False)
+    box.setText(text)
+    box.setDetailedText(details)
+    box.show()
+    return box
 
 
 def settings_with_args(settings: Settings, args: argparse.Namespace) -> Settings:
@@ -175,6 +196,7 @@ def profile_lock() -> QLockFile | None:
 
 def run_gui(args: argparse.Namespace) -> int:
     global _window
+    log_file.install()  # before anything can fail: a menu launch has no terminal to read
     install_excepthook()
     app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)
