@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,36 @@ def test_uncaught_errors_show_in_the_window_and_the_log(qtbot: Any, monkeypatch:
         for handler in [h for h in root.handlers if isinstance(h, logging.handlers.RotatingFileHandler)]:
             root.removeHandler(handler)
             handler.close()
+
+
+@pytest.mark.gui
+def test_closing_with_a_stuck_engine_exits_cleanly(tmp_path: Path) -> None:
+    """Closing waits for the engine thread to end its step; when it does not (a lost server, a step that will not
+    end), the app used to destroy the running QThread and Qt aborted the process. Now it logs, flushes the store
+    and exits with its own status."""
+    require_working_pyside()
+    script = textwrap.dedent("""
+        import sys, threading
+        from PySide6.QtCore import QTimer
+        from ui.shell.main_window import MainWindow
+        from ui.shell.entry import main
+
+        MainWindow.close_timeout_ms = 300
+        block = threading.Event()  # never set: the engine thread stays busy for good
+        shown = MainWindow.show
+
+        def show(self):
+            shown(self)
+            QTimer.singleShot(0, self.worker._runner, block.wait)
+            QTimer.singleShot(800, self.close)
+
+        MainWindow.show = show
+        sys.exit(main(["gui", "-m", sys.argv[1]]))
+    """)
+    env = {**os.environ, "SPECCHAT_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "none.gguf")], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+    assert done.returncode >= 0, f"killed by signal {-done.returncode}: {done.stderr[-2000:]}"
+    log = (tmp_path / "home" / "logs" / "specchat.log").read_text(encoding="utf-8")
+    assert "did not stop within 300 ms" in log

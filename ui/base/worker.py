@@ -241,6 +241,9 @@ class _Runner(QObject):
             session.close()
 
 
+_KEPT_THREADS: list[QThread] = []  # engine threads that would not stop: never garbage-collected while running
+
+
 class GenerationWorker(QObject):
     """GUI-thread facade: request loads and runs, receive batched results as signals."""
 
@@ -286,6 +289,7 @@ class GenerationWorker(QObject):
         self._loading = False
         self._closed = False
         self.rpc_lost = False  # a server dropped: the session is gone until the app restarts
+        self.stuck = False  # shutdown timed out: the engine thread still runs (never joined, never destroyed)
         self._thread.start()
 
     # --- requests -------------------------------------------------------------------------------
@@ -336,7 +340,11 @@ class GenerationWorker(QObject):
         self._closeRequested.emit()
         done = self._thread.wait(timeout_ms)
         if not done:
-            log.error("the engine thread did not stop within %d ms", timeout_ms)
+            # Destroying a running QThread aborts the process: the thread is kept, and the app exits without
+            # joining it once the store is flushed (ui.shell.app), as after a lost RPC server.
+            log.error("the engine thread did not stop within %d ms; exiting without it", timeout_ms)
+            self.stuck = True
+            _KEPT_THREADS.append(self._thread)
         self._flush_timer.stop()
         self._drain()  # deliver the cancelled reply's last tokens and its FinishEvent, so they get saved
         return bool(done)

@@ -261,8 +261,10 @@ def run_gui(args: argparse.Namespace) -> int:
         lock.unlock()
         if probe is not None:
             probe.write()
-        if window.worker.rpc_lost:
-            # The engine thread still waits on the lost server and cannot be joined; everything is saved.
+        if window.worker.rpc_lost or window.worker.stuck:
+            # The engine thread still waits (on a lost server, or a step that would not end) and cannot be joined;
+            # everything is saved. Exit without destroying it, which would abort.
+            logging.shutdown()
             sys.stdout.flush()
-            os._exit(0)
+            os._exit(script.exit_code)
     return script.exit_code

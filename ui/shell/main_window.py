@@ -73,6 +73,9 @@ class MainWindow(QMainWindow):
     generationFinished = Signal(bool)  # a reply has ended and is rendered
     pickerOpened = Signal(object)  # the model picker dialog
     settingsOpened = Signal(object)  # the settings dialog
+    # How long closing waits for the engine to end its step (a reply stops within one; a prompt batch on a slow
+    # CPU can take longer); past it the app exits without the engine thread, its chats saved.
+    close_timeout_ms = 120_000
 
     def place_on_screen(self) -> None:
         """Before the first show: where the window was last closed, else fitted to the screen it opens on (at
@@ -714,6 +717,6 @@ class MainWindow(QMainWindow):
         if self.isVisible() and on_real_screen():
             self._remember(window_geometry=bytes(self.saveGeometry().toBase64().data()).decode("ascii"))
         self.hide()
-        self.worker.shutdown()
-        self.store.close()
+        self.worker.shutdown(self.close_timeout_ms)
+        self.store.close()  # the journals are flushed and closed: a reply cut by a stuck engine is recovered
         super().closeEvent(event)
