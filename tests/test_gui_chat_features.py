@@ -573,3 +573,19 @@ def test_regenerate_after_a_kept_prompt_answers_it(window: Any, qtbot: Any) -> N
     _wait_reply(window, qtbot, window.regenerate_action.trigger)
     assert [m.role for m in conv.messages] == ["user", "assistant", "user", "assistant"]
     assert conv.messages[1].content == first_reply and conv.messages[2].content == "Name a vegetable."
+
+
+def test_a_load_can_be_cancelled_and_the_previous_pair_comes_back(window: Any, qtbot: Any, target_path: Path) -> None:
+    """Stop (Esc) while a pair loads cancels it (llama.cpp stops reading weights), and the window goes back to the
+    pair it had, which the worker closed to make room; Models… stays off meanwhile."""
+    previous = window.models.pair
+    assert window.loaded is not None and previous is not None
+    with qtbot.waitSignal(window.models.loadFailed, timeout=REPLY_TIMEOUT_MS) as failed:
+        window.load_models(target_path, None)
+        assert window.stop_button.isEnabled() and not window.models_action.isEnabled()
+        window.toolbar.stop_action.trigger()
+    assert failed.args[0] == "cancelled" and target_path.name in failed.args[1]
+    with qtbot.waitSignal(window.modelsLoaded, timeout=REPLY_TIMEOUT_MS):
+        pass  # the previous pair, loading again
+    assert window.models.pair == previous and window.loaded is not None
+    assert not window.stop_button.isEnabled() and window.models_action.isEnabled()

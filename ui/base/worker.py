@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
@@ -111,7 +112,7 @@ class _Runner(QObject):
                     split[0] = len(lines)
                 last[0], last[1] = label, fraction
                 self._put("progress", label, fraction)
-            return not cancel.is_set()  # False makes llama.cpp stop reading weights: the app is closing
+            return not cancel.is_set()  # False makes llama.cpp stop reading weights: cancelled, or closing
 
         lines: list[str] = []
         split = [None]
@@ -126,8 +127,11 @@ class _Runner(QObject):
             info = LoadInfo(config, time.perf_counter() - t0, modes, measured, _process_gpu(), *_build_notes())
             self._put("loaded", "", info)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the window
-            log.info("load failed", exc_info=True)
             self._session = None
+            if cancel.is_set():  # llama.cpp stopped reading weights because we asked
+                self._put("loadfail", "cancelled", f"Loading {Path(config.target).name} was cancelled.")
+                return
+            log.info("load failed", exc_info=True)
             from app.engine.session import IncompatiblePairError
             from app.memory import WontFitError
 
@@ -312,6 +316,14 @@ class GenerationWorker(QObject):
 
     def stop(self) -> None:
         self._cancel.set()
+
+    def cancel_load(self) -> bool:
+        """Stop a load in progress at its next progress report (llama.cpp then stops reading weights); the
+        load ends with loadFailed("cancelled", ...). False when nothing is loading."""
+        if not self._loading:
+            return False
+        self._load_cancel.set()
+        return True
 
     def _refuse_after_rpc_loss(self) -> bool:
         if self.rpc_lost:

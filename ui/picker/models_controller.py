@@ -22,7 +22,7 @@ from ui.stats.memory_meter import MemoryMeter
 
 class ModelsController(QObject):
     modelsLoaded = Signal(object)  # LoadInfo
-    loadFailed = Signal(str, str)  # "incompatible" | "error", message
+    loadFailed = Signal(str, str)  # "incompatible" | "wontfit" | "cancelled" | "error", message
 
     def __init__(self, worker: GenerationWorker, label: QLabel, progress: QProgressBar, meter: MemoryMeter,
                  meter_box: QWidget, errors: MessageBar, parent: QObject | None = None) -> None:
@@ -32,6 +32,7 @@ class ModelsController(QObject):
         self._extra: dict[str, MemoryMeter] = {}  # bars for the devices after the first (device -> bar)
         self.loaded: LoadInfo | None = None
         self.pair: tuple[Path, Path | None] | None = None
+        self.previous: tuple[Path, Path | None] | None = None
         self.incompatible: str | None = None
         self._prediction: Any = None
         worker.loadProgress.connect(self._on_worker_loadProgress)
@@ -49,6 +50,8 @@ class ModelsController(QObject):
             self.errors.show_message("Wait for the current reply or load to end before loading other models.",
                                      "warning")
             return False
+        # The pair in use until now: a cancelled load goes back to it (the worker closed it to make room).
+        self.previous = self.pair if self.loaded is not None else None
         self.pair = (Path(target), Path(draft) if draft else None)
         self.loaded = None
         self.incompatible = None
@@ -95,7 +98,7 @@ class ModelsController(QObject):
     @Slot(str, str)
     def _on_worker_loadFailed(self, kind: str, message: str) -> None:
         self.progress.hide()
-        self.label.setText("No models loaded")
+        self.label.setText("Loading cancelled" if kind == "cancelled" else "No models loaded")
         if kind == "incompatible":
             self.incompatible = message
         self.loadFailed.emit(kind, message)

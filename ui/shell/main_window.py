@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QEvent, QRect, QSize, Signal, Slot
+from PySide6.QtCore import QByteArray, QEvent, QRect, QSize, QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import (
     QApplication,
@@ -322,6 +322,15 @@ class MainWindow(QMainWindow):
     def _on_models_loadFailed(self, kind: str, message: str) -> None:
         if kind == "wontfit":
             self.errors.show_message(message, "error", ("Load anyway", "force"))
+        elif kind == "cancelled":
+            # Back to where the user was: the pair in use before (the worker closed it for this load), or the picker.
+            previous = self.models.previous
+            if previous is not None:
+                self.errors.show_message(f"{message} Loading {previous[0].name} again.", "info")
+                QTimer.singleShot(0, lambda: self.load_models(*previous))
+            else:
+                self.errors.show_message(message, "info")
+                QTimer.singleShot(0, self.open_picker)
         self._unqueue()  # the queued prompt goes back into the box: nothing typed is lost
         self._update_banner()
         self._sync_enabled()
@@ -505,7 +514,8 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_stop_action_triggered(self) -> None:
-        self.controller.stop()
+        if not self.worker.cancel_load():  # Stop (Esc) during a load cancels it
+            self.controller.stop()
 
     @Slot(bool)
     def _on_controller_busyChanged(self, _busy: bool) -> None:
@@ -514,12 +524,15 @@ class MainWindow(QMainWindow):
     def _sync_enabled(self) -> None:
         generating = self.controller.busy()
         self.send_button.setEnabled(not generating and (self.loaded is not None or self.worker.is_loading()))
-        self.stop_button.setEnabled(generating)
+        loading = self.worker.is_loading()
+        self.stop_button.setEnabled(generating or loading)
+        self.stop_button.setToolTip("Cancel loading the models (Esc)" if loading and not generating
+                                    else "Stop the reply (Esc)")
         self.conversations.setEnabled(not generating)
         self.mode_box.setEnabled(not generating)
         self.sampling_box.setEnabled(not generating and not self.compare_action.isChecked())
         self.compare_action.setEnabled(not generating)
-        self.models_action.setEnabled(not generating)
+        self.models_action.setEnabled(not generating and not loading)  # a load in progress is left alone
         for action in (self.regenerate_action, self.continue_action):
             action.setEnabled(not generating and self.loaded is not None)
 
