@@ -220,10 +220,11 @@ def _journal_tokens(journal: Path) -> int:
 
 
 @pytest.mark.gui
-def test_cli_reads_a_streaming_window_without_touching_it(smol_path: Path, tmp_path: Path) -> None:
+def test_cli_reads_a_streaming_window_without_touching_it(target_path: Path, tmp_path: Path) -> None:
     """`specchat chats list/export` while the window streams a reply: the CLI sees the reply so far, and leaves
     the window's journal, temporary files and index alone; after a SIGKILL the restarted store has the whole
-    reply up to the kill. (Before the read-only store, `chats list` deleted the window's journal and `.tmp`.)"""
+    reply up to the kill. (Before the read-only store, `chats list` deleted the window's journal and `.tmp`.)
+    The 1.5B demo target writes slowly enough on a CPU that the reply outlasts the CLI's rounds."""
     from tests.gui_support import require_working_pyside
 
     require_working_pyside()
@@ -231,8 +232,8 @@ def test_cli_reads_a_streaming_window_without_touching_it(smol_path: Path, tmp_p
     chats = home / "data" / "chats"
     env = {**os.environ, "SPECCHAT_HOME": str(home), "QT_QPA_PLATFORM": "offscreen",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    window = subprocess.Popen([sys.executable, "-m", "ui.shell.entry", "gui", "-m", str(smol_path), "--mode", "lookup",
-                               "-n", "3000", "--prompt", "Count from 1 to 2000, one number per line."],
+    window = subprocess.Popen([sys.executable, "-m", "ui.shell.entry", "gui", "-m", str(target_path), "--mode",
+                               "lookup", "-n", "3000", "--prompt", "Count from 1 to 2000, one number per line."],
                               env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def cli(*args: str) -> str:
@@ -256,6 +257,7 @@ def test_cli_reads_a_streaming_window_without_touching_it(smol_path: Path, tmp_p
             index_before = index.stat().st_mtime_ns if index.exists() else None
             [row] = json.loads(cli("list", "--json"))
             exported = cli("export", row["id"], "--format", "json")
+            assert journal.exists(), "the reply ended (or the CLI removed its journal) before the CLI's rounds"
             after = journal.stat()  # the CLI neither removed nor replaced the window's open journal
             assert (after.st_ino, after.st_dev) == (before.st_ino, before.st_dev) and after.st_size >= before.st_size
             assert (index.stat().st_mtime_ns if index.exists() else None) == index_before

@@ -589,3 +589,34 @@ def test_a_load_can_be_cancelled_and_the_previous_pair_comes_back(window: Any, q
         pass  # the previous pair, loading again
     assert window.models.pair == previous and window.loaded is not None
     assert not window.stop_button.isEnabled() and window.models_action.isEnabled()
+
+
+def test_a_failed_save_keeps_the_reply_and_says_so(window: Any, qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Disk full while a reply streams: the bar says so, the reply stays in the window and in its (fsynced)
+    journal, and the chat is saved once the disk allows. It used to escape the slot as an exception."""
+    import errno
+
+    import app.chat.conversations as conversations
+
+    real_write = conversations.atomic_write_text
+
+    def full(path: Path, text: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    window._on_new_action_triggered()
+    monkeypatch.setattr(conversations, "atomic_write_text", full)
+    _wait_reply(window, qtbot, lambda: window.submit("Name a river."))
+    conv = window.controller.conv
+    reply = conv.messages[-1]
+    assert reply.status == "done" and reply.content
+    assert "Could not save" in window.errors.text() and "No space left" in window.errors.text()
+    assert conv.id in window.store.unsaved and not (window.store.folder / f"{conv.id}.json").exists()
+    journal = window.store.folder / f"{conv.id}.journal"
+    recovered = ChatStore(window.store.folder, read_only=True)
+    assert journal.exists() and recovered.load_all() == []  # no file yet: the journal alone holds the reply
+    monkeypatch.setattr(conversations, "atomic_write_text", real_write)  # space again
+    with qtbot.waitSignal(window.controller._retry.timeout, timeout=15_000):
+        pass
+    saved = {c.id: c for c in ChatStore(window.store.folder).load_all()}[conv.id]
+    assert saved.messages[-1].content == reply.content and saved.messages[-1].status == "done"
+    assert not journal.exists() and not window.store.unsaved

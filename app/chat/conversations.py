@@ -22,7 +22,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -258,6 +258,11 @@ class ChatStore:
     def __init__(self, folder: Path | None = None, read_only: bool = False) -> None:
         self.folder = Path(folder) if folder else paths.chats_dir()
         self.read_only = read_only
+        # Set by the window: a save or journal write that failed (disk full, read-only folder) is reported to it
+        # instead of raised into a Qt slot; the chat stays in memory (and its journal, where that was written),
+        # listed in `unsaved`, until retry_unsaved() or its next save succeeds.
+        self.on_save_error: Callable[[Conversation, OSError], None] | None = None
+        self.unsaved: set[str] = set()
         self.conversations: dict[str, Conversation] = {}
         self.problems: list[str] = []  # one sentence per file that needed rescue at load
         self._journals: dict[str, IO[str]] = {}
@@ -411,7 +416,12 @@ class ChatStore:
             raise RuntimeError(f"conversation {conv.id} was not loaded; saving it would empty its file")
         conv.updated = time.time()
         self.conversations[conv.id] = conv
-        atomic_write_text(self._path(conv.id), json.dumps(conv.to_json(), ensure_ascii=False))
+        try:
+            atomic_write_text(self._path(conv.id), json.dumps(conv.to_json(), ensure_ascii=False))
+        except OSError as exc:
+            self._failed(conv, exc)  # the journal stays: it holds what the file does not
+            return
+        self.unsaved.discard(conv.id)
         # Everything journaled is now in the file: start the journal afresh.
         self._close_journal(conv.id, remove=True)
         if not conv.messages or conv.messages[-1].status != "generating":
@@ -479,12 +489,44 @@ class ChatStore:
     def journal(self, conv: Conversation, msg_index: int, start: int, tokens: list[TokenRecord],
                 ghosts: list[GhostRecord]) -> None:
         self._writable(f"journal conversation {conv.id}")
+        try:
+            handle = self._journals.get(conv.id)
+            if handle is None:
+                self.folder.mkdir(parents=True, exist_ok=True)  # a first save that failed never made it
+                handle = open(self._journal_path(conv.id), "a", encoding="utf-8")  # noqa: SIM115 - kept open
+                self._journals[conv.id] = handle
+            line = json.dumps({"m": msg_index, "i": start, "t": tokens, "g": ghosts}, ensure_ascii=False)
+            handle.write(line + "\n")
+            handle.flush()  # in the OS's hands now: a killed process loses nothing
+        except OSError as exc:
+            self._failed(conv, exc)
+
+    def sync_journal(self, conv: Conversation) -> None:
+        """Make the reply's journal durable (a reply's end: a power cut after this loses nothing of it)."""
         handle = self._journals.get(conv.id)
-        if handle is None:
-            handle = open(self._journal_path(conv.id), "a", encoding="utf-8")  # noqa: SIM115 - kept open
-            self._journals[conv.id] = handle
-        handle.write(json.dumps({"m": msg_index, "i": start, "t": tokens, "g": ghosts}, ensure_ascii=False) + "\n")
-        handle.flush()  # in the OS's hands now: a killed process loses nothing
+        if handle is not None:
+            try:
+                handle.flush()
+                os.fsync(handle.fileno())
+            except OSError as exc:
+                self._failed(conv, exc)
+
+    def retry_unsaved(self) -> bool:
+        """Save again the chats whose last save failed; True when none is left unsaved."""
+        for conv_id in list(self.unsaved):
+            conv = self.conversations.get(conv_id)
+            if conv is None:
+                self.unsaved.discard(conv_id)
+            else:
+                self.save(conv)
+        return not self.unsaved
+
+    def _failed(self, conv: Conversation, exc: OSError) -> None:
+        self.unsaved.add(conv.id)
+        if self.on_save_error is None:
+            raise exc
+        log.error("saving conversation %s failed", conv.id, exc_info=exc)
+        self.on_save_error(conv, exc)
 
     def close(self) -> None:
         for conv_id in list(self._journals):
@@ -546,6 +588,7 @@ class ReplyRecorder:
         if extra:
             msg.compare = extra
         msg.rolling = [[int(i), round(float(rate), 4)] for i, rate in rolling] or None
+        self.store.sync_journal(self.conv)  # durable before the save that replaces it (which may fail)
         self.snapshot()
 
     def fail(self, error: str) -> None:

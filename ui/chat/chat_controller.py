@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from app.chat.conversations import (
     ChatStore,
@@ -31,6 +31,9 @@ from ui.chat.transcript_view import TranscriptView
 from ui.stats.stats_panel import StatsPanel
 
 CHAT_RUNS = ("chat", "spec")  # run names whose reply is the conversation's answer
+
+
+SAVE_RETRY_MS = 5000
 
 
 class ChatController(QObject):
@@ -84,6 +87,29 @@ class ChatController(QObject):
         # rest fits, so the prompt starts as before and the model's cache of it serves (context_fit).
         self._left_out: dict[str, int] = {}
         self._prefilling = False
+        # A save that failed (disk full, read-only folder) is said in the bar and tried again every few seconds;
+        # the chat stays in memory, its reply in its journal where the disk took it.
+        store.on_save_error = self._on_store_saveFailed
+        self._retry = QTimer(self)
+        self._retry.setInterval(SAVE_RETRY_MS)
+        self._retry.timeout.connect(self._on_retry_timeout)
+
+    # --- saving --------------------------------------------------------------------------------------
+
+    def _on_store_saveFailed(self, conv: Conversation, exc: OSError) -> None:
+        where = exc.filename or self.store.folder
+        self.errors.show_message(
+            f"Could not save the chat “{conv.title}” to {where}: {exc.strerror or exc}. Nothing is lost yet: the chat "
+            "is kept in this window and saved as soon as the disk allows (tried every few seconds); do not quit "
+            "before this message goes away, or free some space.", "error", details=repr(exc))
+        if not self._retry.isActive():
+            self._retry.start()
+
+    @Slot()
+    def _on_retry_timeout(self) -> None:
+        if self.store.retry_unsaved():
+            self._retry.stop()
+            self.errors.show_message("The chats that could not be saved are saved now.", "info")
 
     # --- conversations -------------------------------------------------------------------------------
 

@@ -731,5 +731,6 @@ class MainWindow(QMainWindow):
             self._remember(window_geometry=bytes(self.saveGeometry().toBase64().data()).decode("ascii"))
         self.hide()
         self.worker.shutdown(self.close_timeout_ms)
+        self.store.retry_unsaved()  # a chat a failed save left in memory: one more try (its journal stays)
         self.store.close()  # the journals are flushed and closed: a reply cut by a stuck engine is recovered
         super().closeEvent(event)
