@@ -620,3 +620,21 @@ def test_a_failed_save_keeps_the_reply_and_says_so(window: Any, qtbot: Any, monk
     saved = {c.id: c for c in ChatStore(window.store.folder).load_all()}[conv.id]
     assert saved.messages[-1].content == reply.content and saved.messages[-1].status == "done"
     assert not journal.exists() and not window.store.unsaved
+
+
+def test_a_chat_that_cannot_be_read_says_so_when_selected(window: Any) -> None:
+    store = window.store
+    conv = store.new()
+    conv.title = "to be broken"
+    conv.messages.append(Message("user", "a prompt"))
+    store.save(conv)
+    store.load_all(lazy=True)
+    store.load_all(lazy=True)  # the index is up to date now: the list holds stubs, read when opened
+    assert store.conversations[conv.id].stub
+    path = store.folder / f"{conv.id}.json"
+    path.write_text("{ not json", encoding="utf-8")
+    window.controller.select(conv.id)
+    text = window.errors.text()
+    assert window.errors.isVisible() and window.errors.level == "error"
+    assert path.name in text and "could not be read" in text and "corrupt" in text  # and where it was moved
+    assert not path.exists() and list(store.folder.glob(f"{conv.id}.json.corrupt-*"))

@@ -117,7 +117,10 @@ class ChatController(QObject):
         conv = self.store.conversations.get(conv_id)
         if conv is None or self.busy():
             return
+        known = len(self.store.problems)
         self.conv = self.store.ensure_loaded(conv)  # the list holds stubs until a chat is opened
+        if len(self.store.problems) > known:  # its file could not be read now: set aside, never overwritten
+            self.errors.show_message(f"{self.store.problems[-1]} The chat is shown empty.", "error")
         self._show(conv)
         last = next((m for m in reversed(conv.messages) if m.role == "assistant"), None)
         self.stats.show_saved(stats_from_json(last.stats) if last else None,
