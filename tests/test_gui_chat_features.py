@@ -638,3 +638,26 @@ def test_a_chat_that_cannot_be_read_says_so_when_selected(window: Any) -> None:
     assert window.errors.isVisible() and window.errors.level == "error"
     assert path.name in text and "could not be read" in text and "corrupt" in text  # and where it was moved
     assert not path.exists() and list(store.folder.glob(f"{conv.id}.json.corrupt-*"))
+
+
+def test_deleting_a_message_or_a_chat_can_be_undone(window: Any, qtbot: Any) -> None:
+    """Delete is immediate, and the bar's Undo (or Ctrl+Z, the Chat menu's Undo delete) brings it back, saved."""
+    window._on_new_action_triggered()
+    _wait_reply(window, qtbot, lambda: window.submit("Name a bird."))
+    conv = window.controller.conv
+    before = [(m.role, m.content) for m in conv.messages]
+    window.transcript.messageAction.emit("delete", 0)  # the prompt, and its reply with it
+    assert conv.messages == [] and window.undo_action.isEnabled()
+    [undo] = [b for b in window.errors.buttons() if b.text() == "Undo"]
+    undo.click()
+    assert [(m.role, m.content) for m in conv.messages] == before and not window.undo_action.isEnabled()
+    saved = {c.id: c for c in ChatStore(window.store.folder).load_all()}
+    assert [(m.role, m.content) for m in saved[conv.id].messages] == before
+
+    window.controller.delete(conv.id)
+    assert conv.id not in {c.id for c in ChatStore(window.store.folder).load_all()}
+    assert conv.id not in window.store.conversations
+    window.undo_action.trigger()  # Ctrl+Z
+    restored = {c.id: c for c in ChatStore(window.store.folder).load_all()}[conv.id]
+    assert [(m.role, m.content) for m in restored.messages] == before
+    assert window.controller.conv is not None and window.controller.conv.id == conv.id

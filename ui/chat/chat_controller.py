@@ -8,7 +8,8 @@ the verdict stored beside it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
@@ -34,6 +35,11 @@ CHAT_RUNS = ("chat", "spec")  # run names whose reply is the conversation's answ
 
 
 SAVE_RETRY_MS = 5000
+UNDO_KEY = "undo-delete"  # the message bar's Undo button
+
+
+def _copy(conv: Conversation) -> Conversation:
+    return Conversation.from_json(json.loads(json.dumps(conv.to_json())))
 
 
 class ChatController(QObject):
@@ -46,6 +52,7 @@ class ChatController(QObject):
     # (0, -1, "target") when the reply starts, (0, 0, "") when the first token comes or the reply ends.
     prefillProgress = Signal(int, int, str)
     samplingChanged = Signal(object)  # the shown chat's own sampling preset (None: the default)
+    undoChanged = Signal(bool)  # whether a delete can be taken back
 
     def __init__(
         self,
@@ -90,9 +97,17 @@ class ChatController(QObject):
         # A save that failed (disk full, read-only folder) is said in the bar and tried again every few seconds;
         # the chat stays in memory, its reply in its journal where the disk took it.
         store.on_save_error = self._on_store_saveFailed
+        self._undo: Callable[[], None] | None = None  # takes back the last delete
+        self._undo_text = ""
+        errors.actionTriggered.connect(self._on_errors_actionTriggered)
         self._retry = QTimer(self)
         self._retry.setInterval(SAVE_RETRY_MS)
         self._retry.timeout.connect(self._on_retry_timeout)
+
+    @Slot(str)
+    def _on_errors_actionTriggered(self, key: str) -> None:
+        if key == UNDO_KEY:
+            self.undo()
 
     # --- saving --------------------------------------------------------------------------------------
 
@@ -154,10 +169,12 @@ class ChatController(QObject):
         conv = self.store.conversations.get(conv_id)
         if conv is None or (self.busy() and conv is self.conv):
             return
+        kept = _copy(self.store.ensure_loaded(conv))  # a stub is read first: the undo needs all of it
         self.store.delete(conv)
         if conv is self.conv:
             self.new_chat()
         self.conversationsChanged.emit()
+        self._offer_undo(f"Deleted the chat “{kept.title}”.", lambda: self._restore_chat(kept))
 
     # --- generation ----------------------------------------------------------------------------------
 
@@ -291,8 +308,51 @@ class ChatController(QObject):
         conv = self.conv
         if self.busy() or conv is None or not 0 <= index < len(conv.messages):
             return
+        before = [Message.from_json(m.to_json()) for m in conv.messages]
         self.store.delete_message(conv, index)
         self._show(conv)
+        self.conversationsChanged.emit()
+        gone = len(before) - len(conv.messages)
+        role = "prompt" if before[index].role == "user" else "reply"
+        what = "the prompt and its reply" if gone == 2 else f"the {role}"
+        self._offer_undo(f"Deleted {what}.", lambda: self._restore_messages(conv, before))
+
+    # --- undo ----------------------------------------------------------------------------------------
+
+    @property
+    def can_undo(self) -> bool:
+        return self._undo is not None
+
+    def undo(self) -> bool:
+        """Take back the last delete (a chat, or a message with its reply); False when there is none."""
+        restore, self._undo = self._undo, None
+        if restore is None or self.busy():
+            self._undo = restore
+            return False
+        restore()
+        self.undoChanged.emit(False)
+        if self.errors.isVisible() and self.errors.text() == self._undo_text:
+            self.errors.hide()
+        return True
+
+    def _offer_undo(self, text: str, restore: Callable[[], None]) -> None:
+        self._undo = restore
+        self._undo_text = f"{text} Ctrl+Z or Undo brings it back."
+        self.errors.show_message(self._undo_text, "info", ("Undo", UNDO_KEY))
+        self.undoChanged.emit(True)
+
+    def _restore_chat(self, kept: Conversation) -> None:
+        self.store.save(kept)
+        self.conversationsChanged.emit()
+        self.select(kept.id)
+
+    def _restore_messages(self, conv: Conversation, messages: list[Message]) -> None:
+        if self.store.conversations.get(conv.id) is not conv:
+            return  # the chat itself was deleted since: undoing that brings the chat back first
+        conv.messages = messages
+        self.store.save(conv)
+        if conv is self.conv:
+            self._show(conv)
         self.conversationsChanged.emit()
 
     def _show(self, conv: Conversation, messages: list[Message] | None = None) -> None:

@@ -214,6 +214,8 @@ class MainWindow(QMainWindow):
         self.system_action.triggered.connect(self._on_system_action_triggered)
         self.export_md_action.triggered.connect(lambda: self.export_chat("md"))
         self.export_json_action.triggered.connect(lambda: self.export_chat("json"))
+        self.undo_action = t._action("Undo delete", "Ctrl+Z", "Bring back the last deleted chat or message")
+        self.undo_action.setEnabled(False)
         self.about_action = t._action("About SpecChat…", None, "Version, llama.cpp build and its backends")
         self.about_action.triggered.connect(self._on_about_action_triggered)
         # A menu bar with every action and its shortcut, so nothing is reachable by key alone.
@@ -221,7 +223,7 @@ class MainWindow(QMainWindow):
         for title, actions in (
             ("&File", (t.new_action, None, self.export_md_action, self.export_json_action, None, t.quit_action)),
             ("&Chat", (t.send_action, t.stop_action, None, self.regenerate_action, self.continue_action,
-                       self.system_action, None, t.compare_action, t.search_action)),
+                       self.system_action, None, self.undo_action, None, t.compare_action, t.search_action)),
             ("&Models", (t.models_action, t.settings_action)),
             ("&Help", (self.about_action,)),
         ):
@@ -233,6 +235,8 @@ class MainWindow(QMainWindow):
                     menu.addAction(action)
 
     def _connect(self) -> None:
+        self.undo_action.triggered.connect(self.controller.undo)
+        self.controller.undoChanged.connect(self.undo_action.setEnabled)
         self.prompt.submitted.connect(self._on_prompt_submitted)
         self.send_button.clicked.connect(self._on_send_action_triggered)
         self.stop_button.clicked.connect(self._on_stop_action_triggered)
