@@ -661,3 +661,25 @@ def test_deleting_a_message_or_a_chat_can_be_undone(window: Any, qtbot: Any) -> 
     restored = {c.id: c for c in ChatStore(window.store.folder).load_all()}[conv.id]
     assert [(m.role, m.content) for m in restored.messages] == before
     assert window.controller.conv is not None and window.controller.conv.id == conv.id
+
+
+def test_a_queued_prompt_survives_closing_and_reopening(qapp: Any, smol_path: Path, tmp_path: Path) -> None:
+    """A prompt queued while the models load, and text left in the box, are back in the box at the next start."""
+    from ui.shell.main_window import MainWindow
+
+    settings = Settings(n_predict=8, n_ctx=1024, mode="lookup", sampling="greedy")
+    with gui_home(tmp_path):
+        first = MainWindow(settings, save_settings=False)
+        first.show()
+        first.load_models(smol_path, None)
+        assert first.worker.is_loading()
+        first.prompt.setPlainText("Name a mountain.")
+        first._on_send_action_triggered()  # queued: the models are not in yet
+        assert first.queued_prompt() == "Name a mountain."
+        first.prompt.setPlainText("and a lake")  # typed meanwhile
+        first.close()
+        second = MainWindow(settings, save_settings=False)
+        try:
+            assert second.prompt.toPlainText() == "Name a mountain.\n\nand a lake"
+        finally:
+            second.close()

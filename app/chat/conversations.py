@@ -242,6 +242,9 @@ def records_from_events(events: Iterable[Event]) -> tuple[list[TokenRecord], lis
     return tokens, ghosts
 
 
+UNSENT_FILE = "unsent-prompt.txt"  # beside the chats: a prompt that was queued or typed when the window closed
+
+
 class ReadOnlyStoreError(RuntimeError):
     """A change was asked of a store opened read-only."""
 
@@ -483,6 +486,28 @@ class ChatStore:
             for conv in self.conversations.values():
                 self.ensure_loaded(conv)  # the first search reads the chats not opened yet, once
         return [c for c in self.sorted() if c.matches(words)]
+
+    # --- text not sent yet ----------------------------------------------------------------------
+
+    def keep_unsent(self, text: str) -> None:
+        """Keep the prompt the window could not send yet (queued during a load, or typed in the box) for its
+        next start; "" forgets it."""
+        self._writable("keep the unsent prompt")
+        path = self.folder / UNSENT_FILE
+        try:
+            if text.strip():
+                atomic_write_text(path, text)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("could not keep the unsent prompt in %s: %s", path, exc)
+
+    def unsent(self) -> str:
+        """The prompt kept by keep_unsent, or ""."""
+        try:
+            return (self.folder / UNSENT_FILE).read_text(encoding="utf-8")
+        except OSError:
+            return ""
 
     # --- the reply in progress ------------------------------------------------------------------
 

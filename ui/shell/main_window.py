@@ -120,6 +120,9 @@ class MainWindow(QMainWindow):
         self._update_banner()
         if self.store.problems:
             self.errors.show_message("\n".join(self.store.problems), "warning")
+        unsent = self.store.unsent()
+        if unsent and not self.store.read_only:
+            self.prompt.setPlainText(unsent)  # queued or typed when the window last closed: nothing typed is lost
         self.prompt.setFocus()  # type at once: the toolbar's combo box took the first focus
 
     # --- layout --------------------------------------------------------------------------------------
@@ -356,6 +359,7 @@ class MainWindow(QMainWindow):
                                          "until that one has its reply.", "info", ("Edit the waiting one", "unqueue"))
                 return False
             self._pending_prompt = text  # sent as soon as the models are in
+            self.store.keep_unsent(text)  # a crash before the models are in must not lose it
             if from_box:
                 self.prompt.clear_after_send()
             shown = text if len(text) <= 60 else text[:59] + "…"
@@ -367,6 +371,8 @@ class MainWindow(QMainWindow):
         if ok:
             if from_box:
                 self.prompt.clear_after_send()
+            if self.store.unsent():
+                self.store.keep_unsent("")  # it is in the chat now
             self._update_banner()
         return ok
 
@@ -736,5 +742,7 @@ class MainWindow(QMainWindow):
         self.hide()
         self.worker.shutdown(self.close_timeout_ms)
         self.store.retry_unsaved()  # a chat a failed save left in memory: one more try (its journal stays)
+        self._unqueue()  # a prompt waiting for the models goes back into the box, and the box is kept
+        self.store.keep_unsent(self.prompt.toPlainText())
         self.store.close()  # the journals are flushed and closed: a reply cut by a stuck engine is recovered
         super().closeEvent(event)
