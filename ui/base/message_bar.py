@@ -6,8 +6,11 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
 
+from ui.base.tints import tint
+
 LEVEL_STYLES = {
-    # Light tints with dark text (and the reverse is not needed: the colours hold on dark themes too).
+    # (light background, dark text, accent): the light pair on a light palette; a dark palette gets the accent
+    # mixed into its window colour (ui.base.tints).
     "info": ("#E8F1FA", "#0B3D66", "#0072B2"),
     "warning": ("#FFF4E0", "#5C3B00", "#E69F00"),
     "error": ("#FBE9E2", "#6B1E00", "#D55E00"),
@@ -40,6 +43,7 @@ class MessageBar(QFrame):
         self._close.clicked.connect(self._on_close_clicked)
         self.level = "info"
         self.details = ""
+        self.colours = ("", "")  # (background, text) of the message shown
         self.hide()
 
     def show_message(self, text: str, level: str = "info", action: tuple[str, str] | None = None,
@@ -48,7 +52,9 @@ class MessageBar(QFrame):
         `rich`: an error quoting `<|im_end|>` or a file name with `<` must show as written. `details` (a
         traceback, a log excerpt): a "Copy details" button puts them on the clipboard for a bug report."""
         self._label.setTextFormat(Qt.TextFormat.RichText if rich else Qt.TextFormat.PlainText)
-        bg, fg, edge = LEVEL_STYLES[level]
+        light_bg, light_fg, edge = LEVEL_STYLES[level]
+        bg, fg = tint(light_bg, light_fg, edge, self.palette())
+        self.colours = (bg, fg)
         self.level = level
         self.setStyleSheet(f"MessageBar {{ background: {bg}; border-left: 4px solid {edge}; }}"
                            f" QLabel {{ color: {fg}; }}")

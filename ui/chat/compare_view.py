@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVB
 from app.chat.conversations import Message, number_pairs, records_from_events
 from app.engine.events import Event, FinishEvent, StepEvent
 from app.engine.parting import NotReplayed, first_divergence
+from ui.base.tints import tint
 from ui.base.worker import PartingCheck
 from ui.chat.transcript_view import TranscriptView
 
@@ -27,11 +28,11 @@ TIMING_NOTE = (
     "the same time; each pane streams live while its own run is timed. <b>Replay</b> plays both "
     "together at their measured speeds."
 )
-BADGE_STYLES = {
-    "same": ("#E3F4EE", "#00573F"),
-    "tie": ("#FFF4E0", "#5C3B00"),
-    "diff": ("#FBE9E2", "#6B1E00"),
-    "info": ("#E8F1FA", "#0B3D66"),
+BADGE_STYLES = {  # (light background, dark text, accent: Okabe-Ito, as the token colours)
+    "same": ("#E3F4EE", "#00573F", "#009E73"),
+    "tie": ("#FFF4E0", "#5C3B00", "#E69F00"),
+    "diff": ("#FBE9E2", "#6B1E00", "#D55E00"),
+    "info": ("#E8F1FA", "#0B3D66", "#0072B2"),
 }
 
 
@@ -281,13 +282,17 @@ class CompareView(QWidget):
         def esc(s: str) -> str:
             return html.escape(s).replace("\n", "⏎")
 
+        plain_bg, plain_fg = tint("#F6D5C2", "#000000", "#D55E00", self.palette())
+        spec_bg, spec_fg = tint("#C2E8DC", "#000000", "#009E73", self.palette())
         return (
-            f"<br><tt>…{esc(prefix)}<span style='background:#F6D5C2'>{esc(plain)}</span></tt> (plain)"
-            f"<br><tt>…{esc(prefix)}<span style='background:#C2E8DC'>{esc(spec)}</span></tt> (speculative)"
+            f"<br><tt>…{esc(prefix)}<span style='background:{plain_bg}; color:{plain_fg}'>{esc(plain)}</span></tt>"
+            " (plain)"
+            f"<br><tt>…{esc(prefix)}<span style='background:{spec_bg}; color:{spec_fg}'>{esc(spec)}</span></tt>"
+            " (speculative)"
         )
 
     def _set_badge(self, text: str, kind: str) -> None:
-        bg, fg = BADGE_STYLES[kind]
+        bg, fg = tint(*BADGE_STYLES[kind], self.palette())
         self.badge.setStyleSheet(f"QLabel {{ background: {bg}; color: {fg}; padding: 4px 8px; }}" if text else "")
         self.badge.setText(text)
 

@@ -1,0 +1,49 @@
+"""Message bars and comparison badges read on both themes: on the dark palette they are dark tints under light text
+(they were light blocks with dark text, hard-coded), with at least WCAG's 4.5:1 contrast on either."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from PySide6.QtGui import QColor, QPalette
+
+from ui.base.message_bar import LEVEL_STYLES, MessageBar
+from ui.base.tints import contrast
+from ui.chat.compare_view import BADGE_STYLES, CompareView
+from ui.shell.theme import DARK
+
+
+def _dark() -> QPalette:
+    palette = QPalette()
+    for role, colour in DARK.items():
+        palette.setColor(role, QColor(colour))
+    return palette
+
+
+@pytest.mark.parametrize("level", sorted(LEVEL_STYLES))
+def test_message_bar_reads_on_both_themes(qtbot: Any, level: str) -> None:
+    light, dark = MessageBar(), MessageBar()
+    qtbot.addWidget(light)
+    qtbot.addWidget(dark)
+    dark.setPalette(_dark())
+    light.setPalette(QPalette(QColor("#F5F5F5")))
+    for bar in (light, dark):
+        bar.show_message("A note", level)
+        bg, fg = bar.colours
+        assert contrast(bg, fg) >= 4.5, (level, bar.colours)
+        assert f"background: {bg}" in bar.styleSheet()
+    assert QColor(dark.colours[0]).lightness() < 100 < QColor(dark.colours[1]).lightness()
+    assert QColor(light.colours[0]).lightness() > 200
+
+
+def test_compare_badges_read_on_the_dark_theme(qtbot: Any) -> None:
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.setPalette(_dark())
+    for kind in BADGE_STYLES:
+        view._set_badge("Identical", kind)
+        sheet = view.badge.styleSheet()
+        bg = sheet.split("background: ")[1].split(";")[0]
+        fg = sheet.split("color: ")[1].split(";")[0]
+        assert QColor(bg).lightness() < 100 and contrast(bg, fg) >= 4.5, (kind, bg, fg)
