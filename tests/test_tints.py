@@ -47,3 +47,21 @@ def test_compare_badges_read_on_the_dark_theme(qtbot: Any) -> None:
         bg = sheet.split("background: ")[1].split(";")[0]
         fg = sheet.split("color: ")[1].split(";")[0]
         assert QColor(bg).lightness() < 100 and contrast(bg, fg) >= 4.5, (kind, bg, fg)
+
+
+def test_the_window_names_its_parts_for_screen_readers(qtbot: Any) -> None:
+    """Accessible names on the transcript, prompt box, plots, meters and selectors (only the picker had them)."""
+    from PySide6.QtWidgets import QWidget
+
+    from app.settings import Settings
+    from ui.shell.main_window import MainWindow
+
+    window = MainWindow(Settings(), save_settings=False)
+    qtbot.addWidget(window)
+    named = {w.accessibleName() for w in window.findChildren(QWidget) if w.accessibleName()}
+    for name in ("Conversation", "Message to the model", "Speculation mode", "Sampling preset",
+                 "Acceptance by draft position", "Drafting steps by tokens accepted",
+                 "Rolling acceptance over the reply", "Time split: draft, target, other",
+                 "Memory budget of the two models", "Plain decoding reply", "Speculative reply"):
+        assert name in named, name
+    window.close()

@@ -80,6 +80,8 @@ class CompareView(QWidget):
         note.setWordWrap(True)
         self._titles = {name: QLabel() for name in RUNS}
         self.views = {name: TranscriptView() for name in RUNS}
+        self.views["plain"].setAccessibleName("Plain decoding reply")
+        self.views["spec"].setAccessibleName("Speculative reply")
         grid = QGridLayout()
         for col, name in enumerate(RUNS):
             self._titles[name].setTextFormat(Qt.TextFormat.RichText)

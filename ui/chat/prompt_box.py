@@ -12,6 +12,7 @@ class PromptBox(QPlainTextEdit):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.setAccessibleName("Message to the model")
         self.setPlaceholderText("Message the model — Enter to send, Shift+Enter for a new line")
         self.setTabChangesFocus(True)
         self.setMaximumHeight(120)

@@ -39,6 +39,7 @@ class SamplingBox(QComboBox):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.setAccessibleName("Sampling preset")
         for preset, label in LABELS.items():
             self.addItem(label, preset)
         self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)

@@ -89,6 +89,7 @@ class TranscriptView(QTextBrowser):
 
     def __init__(self, parent: QWidget | None = None, actions: bool = False) -> None:
         super().__init__(parent)
+        self.setAccessibleName("Conversation")
         # The widget never follows a link itself: a relative link in a reply would replace the
         # whole transcript with a file. Web links go to the desktop's browser, controls to us.
         self.setOpenLinks(False)

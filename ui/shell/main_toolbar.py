@@ -26,6 +26,7 @@ class MainToolBar(QToolBar):
         self.search_action = self._action("Search chats", "Ctrl+F")
         self.quit_action = self._action("Quit", "Ctrl+Q")  # StandardKey.Quit is empty on some desktops
         self.mode_box = QComboBox()
+        self.mode_box.setAccessibleName("Speculation mode")
         self.mode_box.addItems(CHOICES)
         self.mode_box.setToolTip("auto: hybrid with a GPU and a draft model, else lookup · "
                                  "draft: a draft model proposes tokens · hybrid: n-gram copies from the context "

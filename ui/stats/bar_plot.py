@@ -24,6 +24,7 @@ class BarPlot(PaintedWidget):
     def __init__(self, title: str, colour: str, *, fraction: bool, first_label: int = 0,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.setAccessibleName(title)  # screen readers name the plot by its title
         self._title = title
         self._colour = QColor(colour)
         self._fraction = fraction  # values are 0..1 (shown as %), else counts scaled to the largest

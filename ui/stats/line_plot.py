@@ -16,6 +16,7 @@ class LinePlot(PaintedWidget):
 
     def __init__(self, title: str, colour: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.setAccessibleName(title)  # screen readers name the plot by its title
         self._title = title
         self._colour = QColor(colour)
         self._points: tuple[tuple[float, float], ...] = ()

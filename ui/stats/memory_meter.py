@@ -93,6 +93,7 @@ class MemoryMeter(PaintedWidget):
 
     def __init__(self, parent: QWidget | None = None, compact: bool = False) -> None:
         super().__init__(parent)
+        self.setAccessibleName("Memory budget of the two models")
         self._compact = compact
         self._values: dict[str, int] = dict.fromkeys(SEGMENTS, 0)
         self._measured: dict[str, int] | None = None

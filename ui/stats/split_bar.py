@@ -14,6 +14,7 @@ from ui.stats.painted import PaintedWidget
 class SplitBar(PaintedWidget):
     def __init__(self, colours: Sequence[str], parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.setAccessibleName("Time split: draft, target, other")
         self._colours = [QColor(c) for c in colours]
         self._values: tuple[float, ...] = ()
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
