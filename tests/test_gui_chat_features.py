@@ -149,6 +149,36 @@ def test_menu_bar_holds_every_action_with_its_shortcut(window: Any) -> None:
     for name in ("New chat", "Quit", "Send", "Stop", "Regenerate reply", "Continue reply", "System prompt…",
                  "Compare", "Search chats", "Models…", "Settings…", "Export chat as Markdown…"):
         assert name in actions and not actions[name].shortcut().isEmpty(), name
+    # Every action the window registers is in the menu bar: nothing is reachable by key or mouse alone.
+    registered = {a.text() for a in window.actions() if a.text()}
+    assert registered <= set(actions), sorted(registered - set(actions))
+    for name in ("Rename chat…", "Delete chat", "Copy last reply", "Edit last prompt…", "Delete last message",
+                 "Replay side by side", "Colour tokens by fate", "Show rejected drafts", "Mode: lookup",
+                 "About SpecChat…", "Undo delete"):
+        assert name in actions, name
+
+
+def test_menu_entries_drive_the_same_controls(window: Any, qtbot: Any) -> None:
+    """The View menu's switches and modes follow the legend's boxes and the mode selector, both ways; Copy last
+    reply copies what the transcript's Copy link copies."""
+    from PySide6.QtGui import QGuiApplication
+
+    more = window.more
+    more.colours.trigger()
+    assert window.legend.colours_box.isChecked() == more.colours.isChecked()
+    more.colours.trigger()
+    window.legend.ghosts_box.setChecked(not window.legend.ghosts_box.isChecked())
+    assert more.ghosts.isChecked() == window.legend.ghosts_box.isChecked()
+    window.legend.ghosts_box.setChecked(not window.legend.ghosts_box.isChecked())
+    [none] = [a for a in more.modes.actions() if a.text() == "Mode: none"]
+    none.trigger()
+    assert window.mode_box.currentText() == "none"
+    window.mode_box.setCurrentText("lookup")
+    assert [a.text() for a in more.modes.actions() if a.isChecked()] == ["Mode: lookup"]
+    window._on_new_action_triggered()
+    _wait_reply(window, qtbot, lambda: window.submit("Name a tree."))
+    more.copy_reply.trigger()
+    assert QGuiApplication.clipboard().text() == window.controller.conv.messages[-1].content
 
 
 def test_one_instance_per_profile(qapp: Any, tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMenu,
-    QMessageBox,
     QPushButton,
     QVBoxLayout,
     QWidget,
@@ -126,6 +125,4 @@ class ConversationList(QWidget):
     def _delete(self, item: QListWidgetItem | None) -> None:
         if item is None:
             return
-        answer = QMessageBox.question(self, "Delete chat", f"Delete “{item.text()}”? This cannot be undone.")
-        if answer == QMessageBox.StandardButton.Yes:
-            self.deleteRequested.emit(str(item.data(ID_ROLE)))
+        self.deleteRequested.emit(str(item.data(ID_ROLE)))  # at once: the window offers Undo

@@ -221,12 +221,17 @@ class MainWindow(QMainWindow):
         self.undo_action.setEnabled(False)
         self.about_action = t._action("About SpecChat…", None, "Version, llama.cpp build and its backends")
         self.about_action.triggered.connect(self._on_about_action_triggered)
+        from ui.shell.more_actions import MoreActions
+
+        self.more = MoreActions(self)
         # A menu bar with every action and its shortcut, so nothing is reachable by key alone.
         bar = self.menuBar()
         for title, actions in (
             ("&File", (t.new_action, None, self.export_md_action, self.export_json_action, None, t.quit_action)),
             ("&Chat", (t.send_action, t.stop_action, None, self.regenerate_action, self.continue_action,
-                       self.system_action, None, self.undo_action, None, t.compare_action, t.search_action)),
+                       self.system_action, None, *self.more.chat_menu(), None, self.undo_action, None,
+                       t.compare_action, t.search_action)),
+            ("&View", self.more.view_menu()),
             ("&Models", (t.models_action, t.settings_action)),
             ("&Help", (self.about_action,)),
         ):
