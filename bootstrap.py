@@ -894,6 +894,7 @@ def install(finding: Finding, args: str, extras: list[str]) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 MODEL_ENV = ("SPECCHAT_HOME", "SPECCHAT_MODELS_DIR")  # where the app looks for them (app/paths.py)
+TEST_MODELS = 2  # fetch-demo --with-smollm2 adds SmolLM2-135M and Gemma 3 270M
 
 
 def models_present(with_smollm2: bool, venv_dir: Path | None = None) -> bool:
@@ -902,7 +903,7 @@ def models_present(with_smollm2: bool, venv_dir: Path | None = None) -> bool:
     data = read_json((venv_dir or VENV) / MODELS_MARKER)
     if not data or data.get("env") != {k: os.environ.get(k) for k in MODEL_ENV}:
         return False
-    if with_smollm2 and not data.get("smollm2"):
+    if with_smollm2 and data.get("test_models") != TEST_MODELS:  # an older marker lacks Gemma 3 270M
         return False
     files = data.get("files")
     if not isinstance(files, dict) or len(files) < 2:
@@ -920,21 +921,23 @@ def models_present(with_smollm2: bool, venv_dir: Path | None = None) -> bool:
 def write_models_marker(paths: Iterable[Path], with_smollm2: bool, venv_dir: Path | None = None) -> None:
     files = {str(p): p.stat().st_size for p in paths}
     write_json((venv_dir or VENV) / MODELS_MARKER,
-               {"env": {k: os.environ.get(k) for k in MODEL_ENV}, "smollm2": with_smollm2, "files": files})
+               {"env": {k: os.environ.get(k) for k in MODEL_ENV}, "test_models": TEST_MODELS if with_smollm2 else 0,
+                "files": files})
 
 
 def fetch_models(with_smollm2: bool) -> None:
-    step("downloading and verifying the demo pair (1.6 GB, once)")
+    step("downloading and verifying the demo pair (1.6 GB, once)" + (" and the tests' small models (350 MB)"
+                                                                      if with_smollm2 else ""))
     extra = ["--with-smollm2"] if with_smollm2 else []
     result = subprocess.run([str(BIN / "specchat"), "models", "fetch-demo", *extra], cwd=ROOT,
                             stdout=subprocess.PIPE, text=True)
     print(result.stdout, end="", flush=True)
     if result.returncode != 0:
         sys.exit(f"bootstrap: step failed (exit {result.returncode}): specchat models fetch-demo {' '.join(extra)}")
-    # "target: PATH", "draft:  PATH", "smollm2 PATH"
+    # "target: PATH", "draft:  PATH", and with the test models "smollm2 PATH", "gemma3 PATH"
     found = [Path(line.split(None, 1)[1]) for line in result.stdout.splitlines()
-             if line.startswith(("target:", "draft:", "smollm2 ")) and len(line.split(None, 1)) == 2]
-    if len(found) == 2 + with_smollm2 and all(p.is_file() for p in found):
+             if line.startswith(("target:", "draft:", "smollm2 ", "gemma3 ")) and len(line.split(None, 1)) == 2]
+    if len(found) == 2 + TEST_MODELS * with_smollm2 and all(p.is_file() for p in found):
         write_models_marker(found, with_smollm2)
 
 

@@ -20,6 +20,7 @@ from app import paths  # noqa: E402
 TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 SMOL = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA = "gemma-3-270m-q4_k_m.gguf"  # sliding-window attention (window 512)
 
 
 # Taken once, at start-up: GUI tests point SPECCHAT_HOME at a temporary home while they run, and a
@@ -52,6 +53,11 @@ def draft_path() -> Path:
 @pytest.fixture(scope="session")
 def smol_path() -> Path:
     return _model(SMOL)
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    return _model(GEMMA)
 
 
 @pytest.fixture(scope="session")

