@@ -173,7 +173,7 @@ def test_an_offer_followed_by_plain_steps_is_judged_by_all_its_tokens() -> None:
         context.append(token)
         lookup.propose(context, 0)
     # Scored once, 4 right of 4, on the decayed prior of 1 right of 2.
-    assert lookup.trusted and (lookup._hits, lookup._tries) == pytest.approx((0.8 + 4, 1.6 + 4))
+    assert lookup.trusted and (lookup.feedback.hits, lookup.feedback.tries) == pytest.approx((0.8 + 4, 1.6 + 4))
     context += [60, 61, 62, 1, 2]
     again = lookup.propose(context, 4)
     assert again is not None and again.key is not None and len(again.tokens) == 4  # its key is not capped
@@ -181,7 +181,7 @@ def test_an_offer_followed_by_plain_steps_is_judged_by_all_its_tokens() -> None:
     context += [3, 70]  # one right plain token, then the target wrote its own
     lookup.propose(context, 0)
     # A wrong token decides it at once: 1 right of 4.
-    assert (lookup._hits, lookup._tries) == pytest.approx((4.8 * 0.8 + 1, 5.6 * 0.8 + 4))
+    assert (lookup.feedback.hits, lookup.feedback.tries) == pytest.approx((4.8 * 0.8 + 1, 5.6 * 0.8 + 4))
 
 
 def test_an_offer_replaced_before_it_was_judged_counts_its_judged_tokens() -> None:
@@ -195,7 +195,8 @@ def test_an_offer_replaced_before_it_was_judged_counts_its_judged_tokens() -> No
         lookup.commit(offer)
         context.append(offer.tokens[0])  # a plain step: one token, the offer's first
     lookup.commit(lookup.propose(context, 4))  # settles the third offer
-    assert (lookup._hits, lookup._tries) == pytest.approx((0.8**3 + 0.8**2 + 0.8 + 1, 2 * 0.8**3 + 0.8**2 + 0.8 + 1))
+    f = lookup.feedback
+    assert (f.hits, f.tries) == pytest.approx((0.8**3 + 0.8**2 + 0.8 + 1, 2 * 0.8**3 + 0.8**2 + 0.8 + 1))
 
 
 def test_a_running_copy_resumes_right_after_an_edit() -> None:
@@ -492,7 +493,7 @@ def test_a_copy_writes_a_rename_it_has_seen_wherever_the_source_has_the_old_name
     assert cut is not None and cut.tokens[: len(reply) - done] == tuple(reply[done:]) and 88 in cut.tokens
     context = [*prompt, *reply[: reply.index(88, second + 1)], 77]  # the third time the reply keeps the old name
     assert lookup.propose(context, 4) is not None
-    assert lookup._subs == {77: []}
+    assert lookup.edits.subs == {77: []}
 
 
 def test_a_key_match_wrong_from_its_first_token_marks_no_edit() -> None:
