@@ -217,7 +217,9 @@ def test_a_running_copy_resumes_right_after_an_edit() -> None:
             a += 1
         context += reply[i : i + a + 1]
         i += a + 1
-    assert drafts[edit + 2][:4] == tuple(reply[edit + 2 : edit + 6])  # (7, 116, 300, 7): the next line, not the last
+    # (7, 116): the next line, not the last; 2 tokens per matched one, as any key match (a full K draft for a resumed
+    # copy paid nothing on the held-out prompts: docs/BENCHMARKS.md, run 43).
+    assert drafts[edit + 2] == tuple(reply[edit + 2 : edit + 4])
 
 
 class _ScanDrafter:
@@ -623,34 +625,12 @@ def test_a_copy_of_a_record_stops_before_the_fields_the_reply_varies(slot_cuts: 
     proposals = {}
     for n in range(len(reply)):  # a plain step per token, each shown a proposal (as drafting-off steps are)
         proposals[n - third] = lookup.propose([*prompt, *reply[:n]], 6)
-    at_v, at_w = proposals[1], proposals[6]  # the third record after "20" and after "32 24"
+    at_v, at_w = proposals[1], proposals[7]  # the third record after "20" and after "32 24 25"
     assert at_v is not None and at_w is not None
     if slot_cuts:
-        assert (at_v.tokens, at_w.tokens) == ((21, 22, 23), (25, 26, 27))
+        assert (at_v.tokens, at_w.tokens) == ((21, 22, 23), (26, 27))
     else:
-        assert (at_v.tokens, at_w.tokens) == ((21, 22, 23, 31, 24, 25), (25, 26, 27, 41, 28, 29))
-
-
-def test_a_sure_copy_stops_where_another_spot_matching_the_context_parts_from_its_source() -> None:
-    # Two passages share a 6-token stretch and part 3 tokens after it. Copying the first, the reply reaches the
-    # shared stretch: which passage it goes on with past the parting is a guess, so a sure copy stops there,
-    # while the running copy itself (drafted short) goes on.
-    shared = [50, 51, 52, 53, 54, 55]
-    first = [*range(100, 120), *shared, 60, 61, 62, *range(130, 150)]
-    second = [*range(200, 206), *shared, 60, 61, 62, *range(230, 250)]
-    prompt = [1, 2, *first, 3, *second, 4]
-    lookup = PromptLookup()
-    lookup.prepare(prompt)
-    context = [*prompt, *first[:3]]
-    assert lookup.propose(context, 4) is not None  # the key match starts the copy of the first passage
-    context += first[3:26]  # through the shared stretch
-    whole = lookup.running_copy(context, 31, min_run=16)
-    assert whole is not None and whole.tokens[:8] == (60, 61, 62, 130, 131, 132, 133, 134)
-    sure = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
-    assert sure is not None and sure.tokens == (60, 61, 62)
-    context += [60, 61, 62, 130]  # the reply took the first passage: past the parting, nothing else matches
-    sure = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
-    assert sure is not None and sure.tokens[:3] == (131, 132, 133) and len(sure.tokens) >= 12
+        assert (at_v.tokens, at_w.tokens) == ((21, 22, 23, 31, 24, 25), (26, 27, 41, 28))
 
 
 def test_a_copy_that_resumed_after_an_edit_is_sure_after_eight_tokens() -> None:

@@ -76,14 +76,3 @@ def test_a_key_next_to_the_resync_spot_wins_over_the_frequent_one() -> None:
     assert near is not None and near.source == 7 and near.local
     off = KeyFinder(finder.index, NgramParams(sizes=(2,), resync=False))
     assert off.find(tokens, 0, 3) == finder.find(tokens, 0, None)
-
-
-def test_unambiguous_stops_where_another_matching_spot_parts_from_the_source() -> None:
-    shared = [50, 51, 52, 53, 54, 55]
-    tokens = [*shared, 60, 61, 70, 71, 72, 9, *shared, 60, 61, 80, 81, 82, 9, *shared]
-    finder = _finder(tokens)
-    s = 6  # copying the first spot: 60 61 70 ...
-    origins: list[int | None] = list(range(s, s + 6))
-    assert finder.unambiguous(tokens, s, origins, 6) == 2  # the second spot parts after 60 61
-    off = KeyFinder(finder.index, NgramParams(ambiguity_cuts=False))
-    assert off.unambiguous(tokens, s, origins, 6) == 6

@@ -47,9 +47,7 @@ VARIANTS: dict[str, Variant] = {
     "slots": _params(slot_cuts=False),
     "sure cut: edited tokens": _params(edit_cuts=False),
     "sure cut: unconfirmed subs": _params(unconfirmed_cuts=False),
-    "sure cut: ambiguity": _params(ambiguity_cuts=False),
     "sure after resync (8)": _params(sure_after_resync=False),
-    "full draft on resume": _params(resume_full_draft=False),
     "key caps (n_accepted)": _params(key_caps=False),
     "accident guard": _params(accident_guard=False),
     "trust opening": _params(trust_opening=False),
@@ -57,6 +55,9 @@ VARIANTS: dict[str, Variant] = {
     "resync min match 2": lambda: LookupDrafter(resync_min_match=3),
     "probe min match 4": lambda: LookupDrafter(probe_min_match=3),
 }
+# Removed in run 43 (docs/BENCHMARKS.md), each paying nothing on the held-out set: a sure copy's cut where another
+# spot parts from its source, and a full K draft for a copy resuming at an edit. Replay them at 827f1f9.
+
 
 
 def geomean(values: list[float]) -> float:

@@ -1,11 +1,16 @@
-"""Prompt-lookup drafting: an n-gram index over the context, updated incrementally, and the copy logic.
+"""Prompt-lookup drafting: `PromptLookup`, the facade that composes the pieces of n-gram drafting.
+
+- `NgramIndex` and `KeyFinder` (ngram_index.py): every n-gram of the context, updated incrementally, and the
+  longest key with a usable continuation;
+- `CopyTracker` (copy_tracker.py): the running copy and the spot where it last broke off;
+- `EditMemory` (edit_memory.py): how the reply edits its source (substitutions, edited tokens, slots);
+- `DraftFeedback` (draft_feedback.py): how the reply's drafts fared (trust), read from the context.
 
 What this mirrors from llama.cpp (vendor/llama.cpp/common, the `--spec-type ngram-*` modes):
 
 - ngram-map-k (`common_ngram_map_draft`, key_only; defaults size_n=12, size_m=48, min_hits=1): the n-gram at
   the context's end is looked up in a map that only the new positions are added to each step (`key_map`,
-  `idx_last_check`), and the draft is the run of tokens that followed the match, no longer than what the
-  target accepted the last time that key drafted (`n_accepted`, set by `common_ngram_map_accept`).
+  `idx_last_check`).
 - ngram-map-k4v (the same map with counted values, COMMON_NGRAM_MAX_VALUES=4): the key's most frequent
   continuation is drafted, and only when it dominates the others.
 - ngram-cache (`common_ngram_cache_draft`, LLAMA_NGRAM_MIN..MAX = 1..4 with the "lax" context thresholds):
@@ -16,12 +21,15 @@ Here (`NgramParams`): keys of 1, 2, 3, 4 and 6 tokens, the longest first (ngram-
 nothing in our copy-with-edits simulation, since the running copy below outgrows any key); ngram-cache's
 thresholds for lengths 1..4 (one hit and 50 % beyond); the most frequent continuation over the key's last 64
 occurrences, copied from its most recent occurrence; a draft bounded by K, by the tokens known after the
-source, by the match (2 draft tokens per matched token, except where a copy resumes after an edit) and, for
-a key that drafted before, by what the target accepted then plus one (ngram-map's `n_accepted`, plus one so
-that a key which failed once recovers). The feedback needs no call from the engine: the tokens appended
-after a draft say how much of it was right.
+source, by the match (2 draft tokens per matched token) and, for a key that drafted before, by what the
+target accepted then plus one (ngram-map's `n_accepted`, plus one so that a key which failed once recovers;
+DraftFeedback reads it from the context, so the engine need not report back).
 
-Five additions for copy-with-edits replies and lists of records, which llama.cpp's modes lack:
+The additions for copy-with-edits replies and lists of records, which llama.cpp's modes lack. Each is kept
+because switching it off lowers the replayed speedup on the held-out prompts (app/data/bench_prompts_heldout.jsonl,
+not tuned on) by more than 0.2 % on at least one recorded machine's costs, or pushes a held-out prompt further
+below plain steps (docs/BENCHMARKS.md, run 43, `tools/lookup_ablation.py`); each can be switched off
+(NgramParams, LookupDrafter's thresholds) to measure it again:
 
 - a running copy: once a draft's source agrees with the reply, the next draft continues from the same
   source while the target keeps agreeing, so the match outgrows any key length;
@@ -33,9 +41,16 @@ Five additions for copy-with-edits replies and lists of records, which llama.cpp
   the reply once does not;
 - slots: where a copy that was right breaks off, the reply varied a field (a record's id, name or price); a
   later copy stops before that position, so a draft through the next record's copy of it is not wasted;
-- sure-copy cuts: a copy the CPU verifies long stops before a substitution learned from one edit only (a
-  skipped passage looks like a rename) and where its source parts from another spot that matches the context
-  as well (two classes with the same fields): past either point, which continuation the reply takes is a guess.
+- sure-copy cuts: a sure copy (verified long on the CPU) stops before a source token at which one of the
+  reply's copies broke off before, and before a substitution the reply has made only once (a skipped passage
+  looks like a rename); one that resumed at an edit is sure after SURE_LOCAL_RUN tokens;
+- an accident guard: a key match wrong from its first token marks no edit and no slot;
+- trust (LookupDrafter's cold threshold, DraftFeedback): until the reply's drafts are mostly right, past its
+  opening, short matches wait; and free probes need a 4-token match.
+
+Removed by run 43, gains on the tuning prompts only (none on any held-out prompt): a sure copy's cut where its
+source parts from another spot that matches the context as well (edit-rename-class's two classes with the same
+fields), and a full K draft for a copy resuming at an edit instead of 2 tokens per matched one.
 """
 
 from __future__ import annotations
@@ -133,13 +148,12 @@ class PromptLookup:
 
     def _sure_cut(self, context: Sequence[int], s: int, tokens: tuple[int, ...], origins: list[int | None],
                   applied: Applied) -> int:
-        """How many of a copy's tokens (already cut before any slot) a sure copy keeps: it stops before the next
-        source token at which one of this reply's copies broke off before (a rename edits every occurrence of
-        the old name), before a substitution the reply has not made twice yet, and where the source parts from
-        another spot the context's end matches as well (EditMemory.sure_cut, KeyFinder.unambiguous).
+        """How many of a copy's tokens (from source s, already cut before any slot; `applied`: the learned
+        substitutions they write) a sure copy keeps: those before the next source token at which one of this
+        reply's copies broke off before (a rename edits every occurrence of the old name) and before a
+        substitution the reply has not made twice yet (EditMemory.sure_cut).
         (policy_replay's clairvoyant lookup overrides it, to measure what a perfect rule would give.)"""
-        n = self.edits.sure_cut(context, origins, applied)
-        return self.keys.unambiguous(context, s, origins, n) if n > 0 else 0
+        return self.edits.sure_cut(context, origins, applied)
 
     def _advance(self, context: Sequence[int]) -> None:
         old = self.index.tokens
@@ -168,8 +182,7 @@ class PromptLookup:
             spot = copy.take_break()
             if spot is not None:
                 self.edits.learn(context, spot[0], source - match, spot[1], len(context) - match)
-        # A match right where the copy broke off is the copy resuming: it gets a full draft.
-        n = k if local and p.resume_full_draft else min(k, p.tokens_per_match * match)
+        n = min(k, p.tokens_per_match * match)
         if key is not None:
             n = self.feedback.cap(key, n)
         tokens, origins = self.edits.stream(context, source, copy.j, n)

@@ -2,7 +2,7 @@
 
 `NgramIndex` maps every n-gram of the context to the positions that followed it; `KeyFinder` picks, for the
 context's end, the longest key with a usable continuation (llama.cpp's ngram-cache thresholds, ngram.py's
-docstring), and tells a sure copy where another spot that matches the context parts from its source.
+docstring) or, after an edit, the occurrence next to where the running copy broke off.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from app.engine.ngram_params import NgramParams
 
 _BITS = 32  # a packed key holds one token id per 32 bits
 _MASK = (1 << _BITS) - 1
-AMBIGUITY_SPOTS = 16  # the latest other spots of the longest key a sure copy is compared with (bounds the cost)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -178,30 +177,3 @@ class KeyFinder:
         while m < self.params.max_extend and source - m > 0 and context[source - m - 1] == context[end - m - 1]:
             m += 1
         return m
-
-    def unambiguous(self, context: Sequence[int], s: int, origins: list[int | None], n: int) -> int:
-        """How many of a copy's n tokens (source positions `origins`, from s) come before its source parts from
-        another spot that the context's last tokens (the longest key) also match: past there, which of the two
-        the reply copies is a guess (two classes with the same fields)."""
-        if not self.params.ambiguity_cuts:
-            return n
-        index = self.index
-        i = len(index.sizes) - 1
-        keys = index.keys(len(context))
-        if len(keys) <= i:
-            return n
-        end = len(context)
-        last = next((o for o in reversed(origins[:n]) if o is not None), s)
-        reach = last - s + 1  # source tokens the copy spans
-        agree = reach
-        for p in index.positions(i, keys[i])[-AMBIGUITY_SPOTS:]:
-            if p == s or p >= end:
-                continue
-            d = 0
-            while d < agree and p + d < end and context[p + d] == context[s + d]:
-                d += 1
-            if p + d < end:
-                agree = d
-        if agree >= reach:
-            return n
-        return next((j for j, o in enumerate(origins[:n]) if o is not None and o >= s + agree), n)

@@ -25,9 +25,7 @@ class NgramParams:
     slot_cuts: bool = True  # copies stop before reply positions where an earlier copy broke off (EditMemory.slots)
     edit_cuts: bool = True  # a sure copy stops before a source token a copy of this reply broke off at
     unconfirmed_cuts: bool = True  # a sure copy stops before a substitution the reply made only once
-    ambiguity_cuts: bool = True  # a sure copy stops where its source parts from another matching spot
     sure_after_resync: bool = True  # a copy that resumed at an edit is sure after SURE_LOCAL_RUN tokens
-    resume_full_draft: bool = True  # a copy resuming at an edit drafts K tokens, not 2 per matched token
     key_caps: bool = True  # a key that drafted wrong tokens drafts what was accepted then plus one
     accident_guard: bool = True  # a key match wrong from its first token marks no edit and no slot
     trust_opening: bool = True  # a reply's first TRUST_OPENING tokens are trusted before any draft is scored
