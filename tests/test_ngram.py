@@ -173,7 +173,7 @@ def test_an_offer_followed_by_plain_steps_is_judged_by_all_its_tokens() -> None:
         context.append(token)
         lookup.propose(context, 0)
     # Scored once, 4 right of 4, on the decayed prior of 1 right of 2.
-    assert lookup.trusted and (lookup._hits, lookup._tries) == pytest.approx((0.8 + 4, 1.6 + 4))
+    assert lookup.trusted and (lookup.feedback.hits, lookup.feedback.tries) == pytest.approx((0.8 + 4, 1.6 + 4))
     context += [60, 61, 62, 1, 2]
     again = lookup.propose(context, 4)
     assert again is not None and again.key is not None and len(again.tokens) == 4  # its key is not capped
@@ -181,7 +181,7 @@ def test_an_offer_followed_by_plain_steps_is_judged_by_all_its_tokens() -> None:
     context += [3, 70]  # one right plain token, then the target wrote its own
     lookup.propose(context, 0)
     # A wrong token decides it at once: 1 right of 4.
-    assert (lookup._hits, lookup._tries) == pytest.approx((4.8 * 0.8 + 1, 5.6 * 0.8 + 4))
+    assert (lookup.feedback.hits, lookup.feedback.tries) == pytest.approx((4.8 * 0.8 + 1, 5.6 * 0.8 + 4))
 
 
 def test_an_offer_replaced_before_it_was_judged_counts_its_judged_tokens() -> None:
@@ -195,7 +195,8 @@ def test_an_offer_replaced_before_it_was_judged_counts_its_judged_tokens() -> No
         lookup.commit(offer)
         context.append(offer.tokens[0])  # a plain step: one token, the offer's first
     lookup.commit(lookup.propose(context, 4))  # settles the third offer
-    assert (lookup._hits, lookup._tries) == pytest.approx((0.8**3 + 0.8**2 + 0.8 + 1, 2 * 0.8**3 + 0.8**2 + 0.8 + 1))
+    f = lookup.feedback
+    assert (f.hits, f.tries) == pytest.approx((0.8**3 + 0.8**2 + 0.8 + 1, 2 * 0.8**3 + 0.8**2 + 0.8 + 1))
 
 
 def test_a_running_copy_resumes_right_after_an_edit() -> None:
@@ -216,7 +217,9 @@ def test_a_running_copy_resumes_right_after_an_edit() -> None:
             a += 1
         context += reply[i : i + a + 1]
         i += a + 1
-    assert drafts[edit + 2][:4] == tuple(reply[edit + 2 : edit + 6])  # (7, 116, 300, 7): the next line, not the last
+    # (7, 116): the next line, not the last; 2 tokens per matched one, as any key match (a full K draft for a resumed
+    # copy paid nothing on the held-out prompts: docs/BENCHMARKS.md, run 43).
+    assert drafts[edit + 2] == tuple(reply[edit + 2 : edit + 4])
 
 
 class _ScanDrafter:
@@ -492,7 +495,7 @@ def test_a_copy_writes_a_rename_it_has_seen_wherever_the_source_has_the_old_name
     assert cut is not None and cut.tokens[: len(reply) - done] == tuple(reply[done:]) and 88 in cut.tokens
     context = [*prompt, *reply[: reply.index(88, second + 1)], 77]  # the third time the reply keeps the old name
     assert lookup.propose(context, 4) is not None
-    assert lookup._subs == {77: []}
+    assert lookup.edits.subs == {77: []}
 
 
 def test_a_key_match_wrong_from_its_first_token_marks_no_edit() -> None:
@@ -622,34 +625,12 @@ def test_a_copy_of_a_record_stops_before_the_fields_the_reply_varies(slot_cuts: 
     proposals = {}
     for n in range(len(reply)):  # a plain step per token, each shown a proposal (as drafting-off steps are)
         proposals[n - third] = lookup.propose([*prompt, *reply[:n]], 6)
-    at_v, at_w = proposals[1], proposals[6]  # the third record after "20" and after "32 24"
+    at_v, at_w = proposals[1], proposals[7]  # the third record after "20" and after "32 24 25"
     assert at_v is not None and at_w is not None
     if slot_cuts:
-        assert (at_v.tokens, at_w.tokens) == ((21, 22, 23), (25, 26, 27))
+        assert (at_v.tokens, at_w.tokens) == ((21, 22, 23), (26, 27))
     else:
-        assert (at_v.tokens, at_w.tokens) == ((21, 22, 23, 31, 24, 25), (25, 26, 27, 41, 28, 29))
-
-
-def test_a_sure_copy_stops_where_another_spot_matching_the_context_parts_from_its_source() -> None:
-    # Two passages share a 6-token stretch and part 3 tokens after it. Copying the first, the reply reaches the
-    # shared stretch: which passage it goes on with past the parting is a guess, so a sure copy stops there,
-    # while the running copy itself (drafted short) goes on.
-    shared = [50, 51, 52, 53, 54, 55]
-    first = [*range(100, 120), *shared, 60, 61, 62, *range(130, 150)]
-    second = [*range(200, 206), *shared, 60, 61, 62, *range(230, 250)]
-    prompt = [1, 2, *first, 3, *second, 4]
-    lookup = PromptLookup()
-    lookup.prepare(prompt)
-    context = [*prompt, *first[:3]]
-    assert lookup.propose(context, 4) is not None  # the key match starts the copy of the first passage
-    context += first[3:26]  # through the shared stretch
-    whole = lookup.running_copy(context, 31, min_run=16)
-    assert whole is not None and whole.tokens[:8] == (60, 61, 62, 130, 131, 132, 133, 134)
-    sure = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
-    assert sure is not None and sure.tokens == (60, 61, 62)
-    context += [60, 61, 62, 130]  # the reply took the first passage: past the parting, nothing else matches
-    sure = lookup.running_copy(context, 31, min_run=16, cut_at_edits=True)
-    assert sure is not None and sure.tokens[:3] == (131, 132, 133) and len(sure.tokens) >= 12
+        assert (at_v.tokens, at_w.tokens) == ((21, 22, 23, 31, 24, 25), (26, 27, 41, 28))
 
 
 def test_a_copy_that_resumed_after_an_edit_is_sure_after_eight_tokens() -> None:

@@ -55,7 +55,7 @@ class LookupDrafter(ProposerBase):
     copies = True
 
     def __init__(self, params: NgramParams | None = None, min_match: int = 3, resync_min_match: int = 2,
-                 cold_min_match: int = 5) -> None:
+                 cold_min_match: int = 5, probe_min_match: int | None = None) -> None:
         self.lookup = PromptLookup(params)
         # Only matches of min_match context tokens or more are drafted (resync_min_match for a copy resuming
         # next to where it broke off at an edit: it has re-found its spot). On a repacked CPU a failed 3-token
@@ -67,6 +67,12 @@ class LookupDrafter(ProposerBase):
         self.min_match = min_match
         self.resync_min_match = resync_min_match
         self.cold_min_match = cold_min_match
+        # A probe while drafting is off only for a long match: a failed probe costs its verify rows (on a repacked
+        # CPU, a 2-row verify costs two plain steps), and the short accidental matches of prose and fresh code
+        # were what made lookup 5-14% slower than plain there. Run 43: without it the held-out mean gains up to
+        # 0.5%, but the lowest prompts fall further below plain steps (h-code-class 0.983 -> 0.956 on run 29b's costs,
+        # edit-fix-typos 1.101 -> 0.914 on run 24's costs), so it stays.
+        self.probe_min_match = max(min_match, PROBE_MIN_MATCH if probe_min_match is None else probe_min_match)
 
     def prepare(self, context: list[int]) -> Iterator[tuple[int, int]]:
         self.lookup.prepare(context)
@@ -77,10 +83,7 @@ class LookupDrafter(ProposerBase):
                             self.cold_min_match) or NO_PROPOSAL
 
     def propose_free(self, context: list[int], k: int, sampling: SamplingParams) -> Proposal:
-        # A probe while drafting is off only for a long match: a failed probe costs its verify rows
-        # (on a repacked CPU, a 2-row verify costs two plain steps), and the short accidental matches
-        # of prose and fresh code were what made lookup 5-14% slower than plain there.
-        return _ngram_draft(self.lookup, context, k, sampling, max(self.min_match, PROBE_MIN_MATCH)) or NO_PROPOSAL
+        return _ngram_draft(self.lookup, context, k, sampling, self.probe_min_match) or NO_PROPOSAL
 
     def propose_copy(self, context: list[int], k: int, sampling: SamplingParams, sure_run: int = 0) -> Proposal:
         return _copy_draft(self.lookup, context, k, sampling, sure_run)

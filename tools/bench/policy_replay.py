@@ -121,7 +121,7 @@ class StandInTarget:
 
 def clairvoyant_lookup(sequence: Sequence[int]) -> PromptLookup:
     """SpecChat's lookup, except that a sure copy stops exactly where the recorded reply parts from it, and nowhere
-    else (no cut before an edited token, an unconfirmed substitution or an ambiguous source). Everything else
+    else (no cut before an edited token or an unconfirmed substitution). Everything else
     (when a copy is sure, its length cap, the governors) is unchanged, so its replay shows what a perfect rule for
     where a sure copy stops would give on that reply (docs/BENCHMARKS.md, run 28). Not a strict bound: a copy cut
     below SURE_COPY_MIN tokens is not taken, where a longer one that breaks late still pays.
