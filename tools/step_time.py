@@ -182,7 +182,7 @@ def main() -> int:
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--micro-repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2,
-                        help="llama.cpp threads (1 where other jobs share the cores: spinning threads wait on each other)")
+                        help="llama.cpp threads (1 where other jobs share the cores)")
     parser.add_argument("--check-seeds", type=int, default=len(SEEDS))
     parser.add_argument("--no-check", action="store_true", help="skip the fixed-K same-tokens check")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
