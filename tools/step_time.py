@@ -185,6 +185,7 @@ def main() -> int:
                         help="llama.cpp threads (1 where other jobs share the cores)")
     parser.add_argument("--check-seeds", type=int, default=len(SEEDS))
     parser.add_argument("--no-check", action="store_true", help="skip the fixed-K same-tokens check")
+    parser.add_argument("--json-out", type=Path, help="write every reply's per-step ms here")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
@@ -223,6 +224,10 @@ def main() -> int:
         for w in workers:
             w.close()
 
+    if args.json_out is not None:
+        raw = {f"{mode}/{kind}/{labels[i]}": v for (mode, kind, i), v in per_step.items()}
+        args.json_out.write_text(json.dumps({"per_step_ms": raw, "micro": dict(zip(labels, micro, strict=True))},
+                                            indent=1))
     width = max(len(x) for x in labels)
     print(f"per-step Python ms (median of {args.rounds} rounds, prompts in turn, n_predict {args.n_predict}, "
           f"{args.threads} llama.cpp threads)")
