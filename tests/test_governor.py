@@ -484,3 +484,44 @@ def test_sure_copies_take_shorter_runs_only_where_long_verifies_were_timed_cheap
     assert sure_copy_rule(_costs({1: 1.0, 4: 2.4, 17: 7.75})) == default
     assert sure_copy_rule(_costs({1: 1.0, 4: 2.4, 32: 11.66})) == default
     assert sure_copy_rule(_costs({1: 1.0, 32: 32 * CHEAP_ROW_PRICE})) == default  # the bound itself is not cheap
+
+
+def _fresh(costs: RowCosts) -> RowCosts:
+    """The same timings in a table that never built anything (what the cached tables must equal)."""
+    twin = RowCosts(costs.max_rows, costs.alpha)
+    twin._ms, twin._seen = list(costs._ms), list(costs._seen)
+    twin._largest = costs.largest_measured()
+    return twin
+
+
+def test_cached_cost_tables_equal_fresh_ones_after_every_add():
+    """The tables are built once per timing (the governors ask several times a step): after every add, noisy and
+    out of order, what a table that was asked before returns equals one built from scratch."""
+    import random
+
+    rng = random.Random(4)
+    costs = RowCosts(12)
+    assert costs.table() is None and costs.optimistic_table() is None and costs.largest_measured() == 0
+    for _ in range(200):
+        costs.table()  # built, and then kept until the next add
+        costs.optimistic_table()
+        rows = rng.choice([1, 1, 2, 3, 4, 5, 7, 8, 12, 13, 0])  # 0 and 13 fall outside: nothing changes
+        costs.add(rows, rng.uniform(40.0, 200.0) if rng.random() > 0.05 else 0.0)
+        fresh = _fresh(costs)
+        assert costs.table() == fresh.table() and costs.optimistic_table() == fresh.optimistic_table()
+        assert costs.largest_measured() == max((r for r in range(1, 13) if costs.measured(r)), default=0)
+        assert costs.table() is costs.table()  # shared until the next timing
+
+
+def test_continuation_is_cached_until_the_evidence_changes():
+    gov = Governor(k_max=6, k_start=3)
+    gov.observe(0, 1, 60.0, 0, 0, 0.0, True)
+    for step, (drafted, accepted) in enumerate([(3, 3), (1, 0), (2, 1), (0, 0), (3, 2)], start=1):
+        first = gov.continuation()
+        assert gov.continuation() is first
+        gov.observe(step, drafted + 1, 90.0, drafted, accepted, 30.0, True)
+        want = [1.0] + [(r + 1.0) / (r + s + 1.0) for r, s in zip(gov._reached[1:], gov._stopped[1:], strict=True)]
+        assert gov.continuation() == want
+    before = gov.continuation()
+    gov.idle(3)  # evidence ages: the reach is built again
+    assert gov.continuation() is not before

@@ -159,3 +159,41 @@ def test_penalties_off():
     assert not SamplingParams().penalized
     assert not SamplingParams(repeat_penalty=1.3, repeat_last_n=0).penalized
     assert SamplingParams(presence_penalty=0.1).penalized
+
+
+def _old_apply(window: PenaltyWindow, params: SamplingParams, logits: np.ndarray) -> np.ndarray:
+    """The full computation apply replaced: a fresh float32 copy, penalised at the window's ids."""
+    out = np.array(logits, dtype=np.float32)
+    counts = window.counts()
+    if not counts:
+        return out
+    ids = np.fromiter(counts.keys(), dtype=np.intp, count=len(counts))
+    count = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
+    x = out[ids]
+    repeat = np.float32(params.repeat_penalty)
+    x = np.where(x <= 0, x * repeat, x / repeat)
+    out[ids] = x - (count * np.float32(params.frequency_penalty) + np.float32(params.presence_penalty))
+    return out
+
+
+@pytest.mark.parametrize("params", CASES)
+def test_apply_in_its_buffer_equals_the_full_computation(params):
+    """apply reuses one buffer and rebuilds its id arrays only when the counts changed: on random rows, through
+    pushes and rollbacks as a verify makes them, it equals a fresh copy penalised from the counts, and leaves the
+    row it was given as it was."""
+    rng = np.random.default_rng(params.repeat_last_n + 1)
+    window = PenaltyWindow(params, rng.integers(0, 151_936, 80).tolist())
+    for step in range(30):
+        row = (rng.standard_normal(151_936) * 3).astype(np.float32)
+        kept = row.copy()
+        before = window.length
+        for _ in range(int(rng.integers(1, 5))):
+            ours = window.apply(row)
+            assert np.array_equal(ours, _old_apply(window, params, row))
+            assert np.array_equal(row, kept)
+            window.push(int(rng.integers(0, 64)))  # small ids: the same tokens come back into the window
+        if step % 2:
+            window.truncate(before)
+    same = window.apply(row)
+    assert window.apply(row.astype(np.float64)) is same  # the one buffer (a float64 row is cast as before)
+    assert np.array_equal(same, _old_apply(window, params, row.astype(np.float64)))

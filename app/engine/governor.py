@@ -26,7 +26,9 @@ with the catch-up of the steps the model sat out charged to every token. A free 
 re-probed with its own proposals through `free_probe`, which costs only the verify rows. A probe that looks
 promising but not yet sure is followed by another at once.
 
-Every call is O(k_max) and nothing grows with the reply (events are capped).
+Every call is O(k_max) and nothing grows with the reply (events are capped). What several estimates of one step
+share is built once: the verify tables (RowCosts, until its next timing) and the drafter's reach (until the next
+evidence).
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class Governor:
         self._reached = [0.0] * (self.k_max + 1)
         self._stopped = [0.0] * (self.k_max + 1)
         self._draft_ms = self._draft_positions = 0.0
+        self._continuation: list[float] | None = None  # continuation(), None: the evidence changed since
         self._free_ms = self._free_positions = 0.0  # the same for drafts made without a model pass
         self._catch_up_ms = self._catch_up_tokens = 0.0  # a draft model's catch-ups after steps it sat out
         self._costs_time = True  # until the engine says otherwise
@@ -224,9 +227,13 @@ class Governor:
     def continuation(self) -> list[float]:
         """Index j: P(the drafter proposes position j | it proposed j - 1 and was asked for j or more).
 
-        Positions never asked for are assumed reached (one pseudo-count): the cost model charges for them.
+        Positions never asked for are assumed reached (one pseudo-count): the cost model charges for them. The list
+        is shared until the evidence changes: read it, never change it.
         """
-        return [1.0] + [(r + 1.0) / (r + s + 1.0) for r, s in zip(self._reached[1:], self._stopped[1:], strict=True)]
+        if self._continuation is None:
+            self._continuation = [1.0] + [(r + 1.0) / (r + s + 1.0)
+                                          for r, s in zip(self._reached[1:], self._stopped[1:], strict=True)]
+        return self._continuation
 
     def draft_ms_per_token(self) -> float | None:
         """ms per drafted position (0 for a free drafter); None before anything was drafted. The draft model's
@@ -258,6 +265,7 @@ class Governor:
         self._since_plain = 0 if rows == 1 else self._since_plain + 1
         self._decay_evidence(accepted + 1)
         asked = min(asked, self.k_max)
+        self._continuation = None
         for j in range(1, min(drafted, asked) + 1):
             self._reached[j] += 1.0
         cut = drafted < asked
@@ -281,6 +289,7 @@ class Governor:
     def _decay_evidence(self, emitted: int) -> None:
         """Per token emitted: the window is a stretch of the reply, whether it was drafted or not."""
         decay = self._decay**emitted
+        self._continuation = None
         self._accepted *= decay
         self._rejections *= decay
         self._drafted *= decay

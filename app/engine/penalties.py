@@ -7,6 +7,10 @@ llama.cpp does. The counts are kept one token at a time, so a step costs the sam
 length. Verification judges row i of a batch with the context that row saw (the reply so far plus
 the drafts accepted before it): the engine pushes each accepted draft token before the next row and
 rolls the pushes back after the step, so every row is penalised exactly as plain decoding would.
+
+`apply` writes into one buffer that the window keeps: a fresh vocabulary-sized array per row cost a page-faulting
+allocation on every penalised row (draft and verify alike). Only the window's ids are then changed, from id and
+count arrays that are rebuilt only after the counts changed.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ class PenaltyWindow:
         # itself plus everything pushed since); `length` is the whole sequence's length.
         self._tail: list[int] = []
         self._counts: dict[int, int] = {}
+        self._out: np.ndarray | None = None  # apply's result, reused (see apply)
+        self._ids: np.ndarray | None = None  # the window's ids and counts as arrays; None: the counts changed since
+        self._count = np.empty(0, dtype=np.float32)
         self.length = max(0, len(context) - self.last_n)
         self.sync(context)
 
@@ -43,6 +50,7 @@ class PenaltyWindow:
         if self.last_n <= 0:
             return
         tail, counts = self._tail, self._counts
+        self._ids = None
         tail.append(token)
         counts[token] = counts.get(token, 0) + 1
         if len(tail) > self.last_n:
@@ -54,6 +62,7 @@ class PenaltyWindow:
         if self.last_n <= 0:
             return
         tail = self._tail
+        self._ids = None
         self._drop(tail.pop())
         if len(tail) >= self.last_n:
             back = tail[-self.last_n]
@@ -75,14 +84,22 @@ class PenaltyWindow:
         return dict(self._counts)
 
     def apply(self, logits: np.ndarray) -> np.ndarray:
-        """The penalised logits, as a new array (`logits` may be llama.cpp's own output buffer)."""
-        out = np.array(logits, dtype=np.float32)
+        """The penalised logits (`logits`, maybe llama.cpp's own output buffer, is left as it is).
+
+        The result is the window's own buffer, valid until the next `apply`: read it (argmax, distribution) before
+        penalising the next row, or copy it."""
+        out = self._out
+        if out is None or out.shape != logits.shape:
+            out = self._out = np.empty(logits.shape, dtype=np.float32)
+        np.copyto(out, logits, casting="unsafe")  # what np.array(logits, dtype=np.float32) gave
         if not self._counts:
             return out
-        n = len(self._counts)
-        ids = np.fromiter(self._counts.keys(), dtype=np.intp, count=n)
-        count = np.fromiter(self._counts.values(), dtype=np.float32, count=n)
+        if self._ids is None:
+            n = len(self._counts)
+            self._ids = np.fromiter(self._counts.keys(), dtype=np.intp, count=n)
+            self._count = np.fromiter(self._counts.values(), dtype=np.float32, count=n)
+        ids = self._ids
         x = out[ids]
         x = np.where(x <= 0, x * self._repeat, x / self._repeat)
-        out[ids] = x - (count * self._frequency + self._presence)
+        out[ids] = x - (self._count * self._frequency + self._presence)
         return out

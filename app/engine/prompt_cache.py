@@ -7,6 +7,11 @@ copied out (about 28 KiB a token for the 1.5B demo target, a few milliseconds), 
 more with a kept copy than with the live cache gets that copy back. The copy holds the very bytes the cache held,
 so the reply is the one the uncut cache would have given. llama.cpp's server does this only on request
 (`--slot-save-path`); llama-cpp-python's `LlamaRAMCache` is the same idea for its high-level API.
+
+No copy is made when the cut keeps the whole new prompt, so that what it loses is only what followed it: a regenerate
+or a comparison drops the last reply of this very prompt, and copying the whole cache to keep a reply about to be
+replaced cost a snapshot of the prompt and reply each time. Over the budget the least recently used copy goes first:
+one that came back, or that was the best match for a prompt, counts as used.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ MIN_TOKENS = 64
 
 
 class PromptCache:
-    """Snapshots of one context's cache, newest last, at most `budget_bytes` in all."""
+    """Snapshots of one context's cache, the most recently used last, at most `budget_bytes` in all."""
 
     def __init__(self, budget_bytes: int) -> None:
         self.budget_bytes = budget_bytes
@@ -50,13 +55,17 @@ class PromptCache:
             if common > best_common:
                 best, best_common = snap, common
         back = best if best is not None and best_common - held >= MIN_TOKENS else None
-        if back is not None:
-            self._snaps.remove(back)  # live again; kept anew (longer) when a later cut would lose it
-        if ctx.n_past - held >= MIN_TOKENS:
+        if best is not None:
+            self._touch(best)  # kept while it lives again: a short cut later loses nothing (a longer one replaces it)
+        if ctx.n_past - held >= MIN_TOKENS and held < len(prompt):
             self._keep(ctx)
         if back is not None:
             ctx.restore(back)
             self.restored += 1
+
+    def _touch(self, snap: CacheSnapshot) -> None:
+        self._snaps.remove(snap)
+        self._snaps.append(snap)
 
     def _keep(self, ctx: LlamaContext) -> None:
         tokens = tuple(ctx.tokens)
@@ -69,4 +78,4 @@ class PromptCache:
             return
         self._snaps.append(ctx.snapshot())
         while self.nbytes > self.budget_bytes:
-            self._snaps.pop(0)  # the oldest goes first
+            self._snaps.pop(0)  # the least recently used goes first

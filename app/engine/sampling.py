@@ -16,6 +16,7 @@ proposed and whatever K the governor picked: it is the reply plain decoding give
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,6 +89,58 @@ def point_mass(token: int) -> Dist:
     return Dist(np.array([token], dtype=np.int64), np.array([1.0]))
 
 
+class _Scratch(threading.local):
+    """Vocabulary-sized work arrays, one set per thread (engines of different sessions may sample at once).
+
+    Every sampled row used to allocate a comparison mask, and every exponential pass over the vocabulary two or
+    three float arrays of its own: page-faulting allocations on each draft token and each verify row. The same
+    operations now write into these buffers, so the results are bit for bit what they were."""
+
+    def __init__(self) -> None:
+        self.mask = np.empty(0, dtype=bool)
+        self.values: dict[np.dtype, np.ndarray] = {}
+
+
+_scratch = _Scratch()
+
+
+def _mask(n: int) -> np.ndarray:
+    if _scratch.mask.size < n:
+        _scratch.mask = np.empty(n, dtype=bool)
+    return _scratch.mask[:n]
+
+
+def _values(n: int, dtype: np.dtype) -> np.ndarray:
+    buf = _scratch.values.get(dtype)
+    if buf is None or buf.size < n:
+        buf = _scratch.values[dtype] = np.empty(n, dtype=dtype)
+    return buf[:n]
+
+
+def _at_least(logits: np.ndarray, cut: np.generic | float) -> np.ndarray:
+    """np.flatnonzero(logits >= cut), without a new mask."""
+    mask = _mask(logits.shape[0])
+    np.greater_equal(logits, cut, out=mask)
+    return np.flatnonzero(mask)
+
+
+def _above(logits: np.ndarray, cut: np.generic | float) -> np.ndarray:
+    """np.flatnonzero(logits > cut), without a new mask."""
+    mask = _mask(logits.shape[0])
+    np.greater(logits, cut, out=mask)
+    return np.flatnonzero(mask)
+
+
+def _shifted_exp(logits: np.ndarray, top: np.generic, scale: np.generic | None = None) -> np.ndarray:
+    """np.exp((logits - top) [/ scale]) in a scratch buffer, valid until the next call on this thread."""
+    dtype = np.result_type(logits, top) if scale is None else np.result_type(logits, top, scale)
+    out = _values(logits.shape[0], dtype)
+    np.subtract(logits, top, out=out)
+    if scale is not None:
+        np.divide(out, scale, out=out)
+    return np.exp(out, out=out)
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x[0] if x.size else x)  # x is sorted descending, so x[0] is the max
     return e / e.sum()
@@ -121,8 +174,7 @@ def _untruncated(logits: np.ndarray, temperature: float) -> Dist:
     probs[0] is the most likely): two swaps instead of gathering 152k ids into a new order. The exponentials
     are float32, as llama.cpp's softmax (0.1 ms against 0.2-0.7 ms in float64; relative error ~1e-7)."""
     best = int(np.argmax(logits))
-    weights = np.exp((logits - logits[best]) / np.float32(temperature))
-    probs = weights.astype(np.float64)
+    probs = _shifted_exp(logits, logits[best], np.float32(temperature)).astype(np.float64)
     probs /= probs.sum()
     ids = np.arange(logits.shape[0], dtype=np.int64)
     ids[0], ids[best] = best, 0
@@ -144,7 +196,7 @@ def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
     sample = logits[::_SAMPLE_STRIDE]
     j = 4 + 2 * k // _SAMPLE_STRIDE  # fewer than k pass such a cut in well under 1% of rows
     while j < sample.size:
-        ids = np.flatnonzero(logits >= np.partition(sample, sample.size - j)[sample.size - j])
+        ids = _at_least(logits, np.partition(sample, sample.size - j)[sample.size - j])
         if ids.size >= k:
             return ids[np.argpartition(logits[ids], ids.size - k)[ids.size - k :]]
         j *= 4
@@ -156,10 +208,10 @@ def _whole_vocabulary(logits: np.ndarray, params: SamplingParams) -> tuple[np.nd
     tokens (~20 ms): only the prefix that they can keep is found and sorted."""
     top = float(logits.max())
     # The normaliser: exp in float32 (every term is <= 1, 3x faster than float64), summed in float64.
-    total = float(np.exp(logits - np.float32(top)).sum(dtype=np.float64))
+    total = float(_shifted_exp(logits, np.float32(top)).sum(dtype=np.float64))
     if params.min_p > 0.0:
         # p >= min_p * p_max; the float64 scalar keeps the comparison in float64 (NEP 50)
-        ids = np.flatnonzero(logits >= np.float64(top + math.log(params.min_p)))
+        ids = _at_least(logits, np.float64(top + math.log(params.min_p)))
     else:
         ids = _top_p_prefix(logits, top, total, params.top_p)
     x = logits[ids].astype(np.float64)
@@ -174,7 +226,7 @@ def _top_p_prefix(logits: np.ndarray, top: float, total: float, top_p: float) ->
     (like _top_k_ids); each guess costs one comparison pass (~0.05 ms) instead of a partition (~0.5 ms)."""
     sample = np.sort(logits[::_SAMPLE_STRIDE])[::-1]
     need = top_p * total * (1.0 + 1e-9)  # a hair more, so float rounding in the caller's cumsum keeps the set
-    head = np.flatnonzero(logits > sample[0])  # ~64 tokens, above the whole sample; LLM rows peak here
+    head = _above(logits, sample[0])  # ~64 tokens, above the whole sample; LLM rows peak here
     head_mass = float(np.exp(logits[head].astype(np.float64) - top).sum())
     if head_mass >= need:
         return head
@@ -182,7 +234,7 @@ def _top_p_prefix(logits: np.ndarray, top: float, total: float, top_p: float) ->
     last = sample.size - 1
     j = min(int(np.searchsorted(estimate, need)) + 4, last)  # the sample misses peaks: then it is too low
     while True:
-        ids = np.flatnonzero(logits >= sample[j])
+        ids = _at_least(logits, sample[j])
         if float(np.exp(logits[ids].astype(np.float64) - top).sum()) >= need:
             return ids
         if j == last:
@@ -194,7 +246,7 @@ def top_prob(logits: np.ndarray) -> tuple[int, float]:
     """Argmax and its full-vocabulary softmax probability (the draft's confidence for --draft-p-min)."""
     best = int(np.argmax(logits))
     # exp in float32 (3x faster than float64 here; every term is <= 1), summed in float64.
-    return best, 1.0 / float(np.exp(logits - logits[best]).sum(dtype=np.float64))
+    return best, 1.0 / float(_shifted_exp(logits, logits[best]).sum(dtype=np.float64))
 
 
 def top_two_margin(logits: np.ndarray) -> float:
