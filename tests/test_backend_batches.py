@@ -1,10 +1,9 @@
 """`LlamaContext.decode_batches`, the batch-wise decode that both prefills (target and draft model) run
-so that Stop can end a long prompt between batches: it must lay out the batches exactly as `decode`
-does, so the logits that start a reply do not depend on which of the two ran."""
+so that Stop can end a long prompt between batches: it reports progress after each batch of n_batch tokens
+and leaves the batches done when stopped."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from app.llama_backend.core import ContextConfig, LlamaContext, LlamaError
@@ -12,11 +11,9 @@ from app.llama_backend.core import ContextConfig, LlamaContext, LlamaError
 
 @pytest.fixture()
 def small_batches(smol_session):
-    ctxs = [LlamaContext(smol_session.target_model, ContextConfig(n_ctx=256, n_batch=8, n_ubatch=8, n_threads=2))
-            for _ in range(2)]
-    yield ctxs
-    for ctx in ctxs:
-        ctx.close()
+    ctx = LlamaContext(smol_session.target_model, ContextConfig(n_ctx=256, n_batch=8, n_ubatch=8, n_threads=2))
+    yield ctx
+    ctx.close()
 
 
 def _prompt(smol_session) -> list[int]:
@@ -26,18 +23,18 @@ def _prompt(smol_session) -> list[int]:
     return tokens[:20]
 
 
-def test_batches_match_decode_and_report_progress(smol_session, small_batches) -> None:
-    whole, stepped = small_batches
+def test_batches_report_progress_and_chunk_at_n_batch(smol_session, small_batches) -> None:
+    ctx = small_batches
     tokens = _prompt(smol_session)
-    whole.decode(tokens, logits_for="last")
-    done = list(stepped.decode_batches(tokens))
+    done = list(ctx.decode_batches(tokens))
     assert done == [8, 16, 20]
-    assert stepped.tokens == whole.tokens == tokens
-    assert np.array_equal(stepped.logits(-1), whole.logits(-1)), "same batches, same logits"
+    assert ctx.tokens == tokens
+    # (`decode` is a loop over decode_batches, so comparing their logits could not fail; the layout that matters,
+    # a fresh prefill's against the engine's, is checked bit for bit in tests/test_engine_exact.py.)
 
 
 def test_stopping_part_way_keeps_the_batches_done(smol_session, small_batches) -> None:
-    ctx = small_batches[0]
+    ctx = small_batches
     tokens = _prompt(smol_session)
     for done in ctx.decode_batches(tokens):
         if done >= 8:
@@ -48,7 +45,7 @@ def test_stopping_part_way_keeps_the_batches_done(smol_session, small_batches) -
 
 
 def test_checks_run_before_the_first_batch(smol_session, small_batches) -> None:
-    ctx = small_batches[0]
+    ctx = small_batches
     with pytest.raises(LlamaError, match="rows with logits"):
         ctx.decode_batches(list(range(100)), logits_for="all")
     assert ctx.tokens == []

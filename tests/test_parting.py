@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from app.engine.events import Divergence, FinishEvent, StepEvent
+from app.engine.exact_replay import first_mismatch, replayed_rows
 from app.engine.parting import NotReplayed, PartingReplay, first_divergence, layout, replay_parting, replay_row
 from app.engine.session import GenParams
 
@@ -48,13 +49,20 @@ def compared(smol_session):
 
 
 def test_replaying_on_the_cached_prompt_gives_the_runs_own_choice_at_every_row(smol_session, compared):
+    """Every row of the second turn, replayed on the cached prompt, chooses the run's token (exact_replay's one
+    pass); replay_row, the compare view's replay up to one position, gives the very same bits at a row of the
+    prompt's pass, of a verify's drafts, of the step after it, and at the reply's end."""
     prompt, _plain, spec, steps = compared
     ctx, n = smol_session.target_ctx, len(prompt)
     assert ctx.tokens[:n] == list(prompt)
-    for position in range(len(spec.tokens)):
+    reply = [*prompt, *spec.tokens]
+    assert first_mismatch(ctx, prompt, spec.tokens, steps) is None
+    rows = {position: np.array(row) for position, _step, row in replayed_rows(ctx, prompt, spec.tokens, steps)}
+    drafted = _drafted_row(spec, steps)
+    after = next(b.position for b in steps if b.position > drafted)
+    for position in sorted({0, drafted, after, len(spec.tokens) - 1}):
         ctx.truncate(n)
-        row = replay_row(ctx, n, [*prompt, *spec.tokens], steps, position)
-        assert int(np.argmax(row)) == spec.tokens[position], f"replay at {position} is not the run's own choice"
+        assert np.array_equal(replay_row(ctx, n, reply, steps, position), rows[position]), position
 
 
 def _drafted_row(spec: FinishEvent, steps) -> int:
@@ -114,8 +122,9 @@ def test_padded_verifies_are_replayed_with_their_padding(smol_session):
     assert any(b.padded for b in batches), "steady shapes must pad some short draft here"
     assert [b.padded for b in batches] == [s.padded for s in steps]
     ctx, n = smol_session.target_ctx, len(prompt)
-    for position in range(len(spec.tokens)):
-        ctx.truncate(n)
-        row = replay_row(ctx, n, [*prompt, *spec.tokens], batches, position)
-        assert int(np.argmax(row)) == spec.tokens[position], f"replay at {position} is not the run's own choice"
+    assert first_mismatch(ctx, prompt, spec.tokens, batches) is None
+    last = next(b for b in reversed(batches) if b.padded)
+    rows = {position: np.array(row) for position, _step, row in replayed_rows(ctx, prompt, spec.tokens, batches)}
+    ctx.truncate(n)
+    assert np.array_equal(replay_row(ctx, n, [*prompt, *spec.tokens], batches, last.position), rows[last.position])
     smol_session.clear_caches()
