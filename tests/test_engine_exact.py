@@ -160,13 +160,15 @@ N_SEEDED = 40
 @pytest.mark.parametrize("sampling_id", list(SEEDED))
 def test_seeded_replies_are_the_targets_coupled_samples(demo_session, sampling_id):
     """Sampled, repacked weights: each emitted token is the coupled sample (the run's seed, its sequence position)
-    of its row in the run's batches, whichever drafter proposed and whatever K; and each variant drafted."""
+    of its row in the run's batches, whichever drafter proposed and whatever K; and each fixed-K variant drafted
+    (the adaptive one is checked for exactness only: whether it drafts follows the machine's timings)."""
     sampling = SEEDED[sampling_id]
     prompt = _prompt(demo_session, "code-refactor")
     for name, (mode, spec) in VARIANTS.items():
         events, finish = _run(demo_session, prompt, GenParams(mode, N_SEEDED, sampling=sampling, spec=spec))
         _assert_replays(demo_session, events, sampling, f"{name}, {sampling_id}")
-        _assert_drafted(finish, f"{name}, {sampling_id}")
+        if not spec.adaptive:  # the adaptive governor may rightly turn drafting off on a loaded CPU: timing decides
+            _assert_drafted(finish, f"{name}, {sampling_id}")
 
 
 def _one_token_rows(session, prompt: list[int], n: int, sampling: SamplingParams) -> tuple[list[int], list[np.ndarray]]:
