@@ -239,7 +239,7 @@ def test_strict_seeded_reply_is_the_same_whatever_k_and_drafter(strict_session, 
     for name, (mode, spec) in {"none": ("none", SpecParams()), **VARIANTS}.items():
         _events, finish = _run(strict_session, prompt, GenParams(mode, N_SEEDED, sampling=sampling, spec=spec))
         assert list(finish.tokens) == reference, f"strict {name}, {sampling_id}: not one-token decoding's reply"
-        if mode != "none":
+        if mode != "none" and not spec.adaptive:  # whether the adaptive variant drafts follows the timings
             _assert_drafted(finish, f"strict {name}, {sampling_id}")
 
 
