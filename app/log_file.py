@@ -21,10 +21,10 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s [%(threadName)s]: %(message)s"
 def install(level: int = logging.INFO) -> Path | None:
     """Add the log file to the root logger (once); its path, or None when the folder cannot be written (said
     once on stderr: logging then goes on to the terminal only)."""
+    installed = current()
+    if installed is not None:
+        return installed
     root = logging.getLogger()
-    for handler in root.handlers:
-        if isinstance(handler, logging.handlers.RotatingFileHandler):
-            return Path(handler.baseFilename)
     path = paths.log_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

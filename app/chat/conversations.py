@@ -364,15 +364,14 @@ class ChatStore:
 
     def _set_aside(self, path: Path, exc: Exception) -> None:
         aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
-        try:
-            if self.read_only:
-                raise ReadOnlyStoreError
-            path.replace(aside)
-            where = f"it was moved to {aside.name}"
-        except ReadOnlyStoreError:
+        if self.read_only:
             where = "it was left in place (read-only: the window sets it aside when it next starts)"
-        except OSError:
-            where = "it was left in place"
+        else:
+            try:
+                path.replace(aside)
+                where = f"it was moved to {aside.name}"
+            except OSError:
+                where = "it was left in place"
         message = f"Conversation file {path.name} could not be read ({exc}); {where}."
         log.warning(message)
         self.problems.append(message)

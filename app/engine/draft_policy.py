@@ -1,6 +1,6 @@
 """The draft policy: what is proposed each step, and whether drafting runs at all.
 
-It is a proposer (app/engine/proposal.py) wrapped around the mode's own: each step it asks that proposer for a
+It wraps the mode's proposer (app/engine/proposal.py): each step it asks that proposer for a
 sure copy (on the CPU) or a long running copy under the copy governor (on a GPU), else for a draft of the
 governor's K, else, while drafting is off, for a free n-gram probe; and it learns from every verified outcome.
 So the engine's loop has no branch of its own for copies, probes or K (app/engine/governor.py decides K and
@@ -79,9 +79,6 @@ class DraftPolicy:
         """most: the draft tokens one verify may carry (its rows, less the context's last token); strict: that
         bound is the one-token kernels' rows (SpecParams.one_token_kernels), not the batch's."""
         self.proposer = proposer
-        self.mode = proposer.mode
-        self.costs_time = proposer.costs_time
-        self.copies = proposer.copies
         self._is_eog = is_eog
         self._steady = spec.steady_shapes
         k_max = 0 if proposer.mode == "none" else min(spec.draft_max, most)
@@ -138,7 +135,7 @@ class DraftPolicy:
         # The draft governor learns from every step, copies included (its pooled evidence is what it judged by
         # before long copies had a governor); the copy governor from the copies alone.
         events = [self.governor.observe(outcome.step, p.rows, outcome.verify_ms, len(p.tokens), accepted, p.ms,
-                                        self.costs_time, k_asked=p.k, free_draft=p.free, catch_up=p.catch_up,
+                                        self.proposer.costs_time, k_asked=p.k, free_draft=p.free, catch_up=p.catch_up,
                                         catch_up_ms=p.catch_up_ms)]
         if self.copy_governor is not None and p.copy:
             events.append(self.copy_governor.observe(outcome.step, p.rows, outcome.verify_ms, len(p.tokens),

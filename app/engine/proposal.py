@@ -2,9 +2,9 @@
 
 A proposer guesses how the reply goes on; the engine verifies the guess in one batched target pass and keeps the
 longest prefix the target agrees with (app/engine/speculative.py). Proposers today: the draft model, n-gram lookup,
-hybrid (app/engine/drafters.py), none (plain decoding), and the policy that governs them (app/engine/draft_policy.py),
-which is a proposer too. A new one (MTP heads, a request's predicted output) implements `propose`, inherits the
-rest from `ProposerBase`, and gets the governor, the verify, the rollback and exactness for free.
+hybrid (app/engine/drafters.py) and none (plain decoding); the engine asks them through the policy that governs
+them (app/engine/draft_policy.py). A new one (MTP heads, a request's predicted output) implements `propose`,
+inherits the rest from `ProposerBase`, and gets the governor, the verify, the rollback and exactness for free.
 
 Exactness does not depend on what is proposed: a wrong guess costs verify rows, never a different reply.
 """

@@ -282,7 +282,7 @@ class SpecEngine:
                python_ms: float) -> GenerationStats:
         acc = tally.acceptance
         return GenerationStats(
-            mode=policy.mode,
+            mode=policy.proposer.mode,
             n_prompt_tokens=n_prompt,
             n_tokens=n_tokens,
             tokens_per_second=tally.decoded / (decode_ms / 1000.0) if decode_ms > 0 else 0.0,
