@@ -14,10 +14,10 @@ from pathlib import Path
 
 from device_costs import prompt_tokens
 
-from app.engine.spec_params import COPY_MAX_AUTO
 from app.engine.events import FinishEvent, StepEvent
 from app.engine.pair_config import PairConfig
 from app.engine.session import GenParams, SpecSession
+from app.engine.spec_params import COPY_MAX_AUTO
 from app.engine.speculative import SpecParams
 
 MODES = ("none", "lookup", "draft", "hybrid")

@@ -22,9 +22,9 @@ sys.path[:0] = [str(HERE.parents[1])]
 from check import PAIRS as CHECK_PAIRS  # noqa: E402
 from engine_runs import _generate, _prompt  # noqa: E402
 
-from app.engine.spec_params import COPY_MAX_AUTO  # noqa: E402
 from app.engine.pair_config import PairConfig  # noqa: E402
 from app.engine.session import GenParams, SpecSession  # noqa: E402
+from app.engine.spec_params import COPY_MAX_AUTO  # noqa: E402
 from app.engine.speculative import SpecParams  # noqa: E402
 
 PAIRS = {pair: CHECK_PAIRS[pair] for pair in ("agreeing-0.5b/2-layer", "1.5b/0.5b")}
