@@ -219,12 +219,16 @@ def _journal_tokens(journal: Path) -> int:
     return count
 
 
+LONG_REPLY_PROMPT = ("Write a complete Python module for a library system: classes Book, Member, Loan and Library with "
+                     "docstrings, type hints, every method implemented, and pytest tests for each method.")
+
+
 @pytest.mark.gui
 def test_cli_reads_a_streaming_window_without_touching_it(target_path: Path, tmp_path: Path) -> None:
     """`specchat chats list/export` while the window streams a reply: the CLI sees the reply so far, and leaves
     the window's journal, temporary files and index alone; after a SIGKILL the restarted store has the whole
     reply up to the kill. (Before the read-only store, `chats list` deleted the window's journal and `.tmp`.)
-    The 1.5B demo target writes slowly enough on a CPU that the reply outlasts the CLI's rounds."""
+    The reply is a long module written by the 1.5B demo target: it outlasts the CLI's rounds by a wide margin."""
     from tests.gui_support import require_working_pyside
 
     require_working_pyside()
@@ -232,8 +236,10 @@ def test_cli_reads_a_streaming_window_without_touching_it(target_path: Path, tmp
     chats = home / "data" / "chats"
     env = {**os.environ, "SPECCHAT_HOME": str(home), "QT_QPA_PLATFORM": "offscreen",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # Greedy, and a request the target answers at length (over 700 tokens, more than a minute on a CPU): "count
+    # to 2000" got 34 tokens and a "...", so on a quiet machine the reply ended before the CLI's rounds.
     window = subprocess.Popen([sys.executable, "-m", "ui.shell.entry", "gui", "-m", str(target_path), "--mode",
-                               "lookup", "-n", "3000", "--prompt", "Count from 1 to 2000, one number per line."],
+                               "lookup", "-n", "3000", "--temp", "0", "--prompt", LONG_REPLY_PROMPT],
                               env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def cli(*args: str) -> str:
