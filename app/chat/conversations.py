@@ -155,6 +155,10 @@ class Conversation:
             sampling=data["sampling"] if data.get("sampling") in CHAT_SAMPLING else None,  # unknown: the default
         )
 
+    def copy(self) -> Conversation:
+        """A deep copy through the file format (what a fork and an undo keep)."""
+        return Conversation.from_json(json.loads(json.dumps(self.to_json())))
+
     def system_prompt(self, default: str = "") -> str:
         return self.system if self.system is not None else default
 
@@ -451,7 +455,7 @@ class ChatStore:
 
     def fork(self, conv: Conversation, upto: int | None = None, title: str | None = None) -> Conversation:
         """A new chat holding a copy of `conv`'s first `upto` messages (the old branch, kept)."""
-        copy = Conversation.from_json(json.loads(json.dumps(conv.to_json())))
+        copy = conv.copy()
         copy.id = new_id()
         while copy.id in self.conversations:
             copy.id = new_id()

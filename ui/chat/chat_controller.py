@@ -8,7 +8,6 @@ the verdict stored beside it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
@@ -36,10 +35,6 @@ CHAT_RUNS = ("chat", "spec")  # run names whose reply is the conversation's answ
 
 SAVE_RETRY_MS = 5000
 UNDO_KEY = "undo-delete"  # the message bar's Undo button
-
-
-def _copy(conv: Conversation) -> Conversation:
-    return Conversation.from_json(json.loads(json.dumps(conv.to_json())))
 
 
 class ChatController(QObject):
@@ -169,7 +164,7 @@ class ChatController(QObject):
         conv = self.store.conversations.get(conv_id)
         if conv is None or (self.busy() and conv is self.conv):
             return
-        kept = _copy(self.store.ensure_loaded(conv))  # a stub is read first: the undo needs all of it
+        kept = self.store.ensure_loaded(conv).copy()  # a stub is read first: the undo needs all of it
         self.store.delete(conv)
         if conv is self.conv:
             self.new_chat()
@@ -325,10 +320,9 @@ class ChatController(QObject):
 
     def undo(self) -> bool:
         """Take back the last delete (a chat, or a message with its reply); False when there is none."""
-        restore, self._undo = self._undo, None
-        if restore is None or self.busy():
-            self._undo = restore
+        if self._undo is None or self.busy():
             return False
+        restore, self._undo = self._undo, None
         restore()
         self.undoChanged.emit(False)
         if self.errors.isVisible() and self.errors.text() == self._undo_text:
