@@ -121,7 +121,8 @@ class MainWindow(QMainWindow):
         if self.store.problems:
             self.errors.show_message("\n".join(self.store.problems), "warning")
         unsent = self.store.unsent()
-        if unsent and not self.store.read_only:
+        self._unsent_on_disk = bool(unsent)  # cleared once a send puts it in the chat: no file read per send
+        if unsent:
             self.prompt.setPlainText(unsent)  # queued or typed when the window last closed: nothing typed is lost
         self.prompt.setFocus()  # type at once: the toolbar's combo box took the first focus
 
@@ -365,6 +366,7 @@ class MainWindow(QMainWindow):
                 return False
             self._pending_prompt = text  # sent as soon as the models are in
             self.store.keep_unsent(text)  # a crash before the models are in must not lose it
+            self._unsent_on_disk = True
             if from_box:
                 self.prompt.clear_after_send()
             shown = text if len(text) <= 60 else text[:59] + "…"
@@ -376,8 +378,9 @@ class MainWindow(QMainWindow):
         if ok:
             if from_box:
                 self.prompt.clear_after_send()
-            if self.store.unsent():
+            if self._unsent_on_disk:
                 self.store.keep_unsent("")  # it is in the chat now
+                self._unsent_on_disk = False
             self._update_banner()
         return ok
 
