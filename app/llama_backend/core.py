@@ -503,7 +503,7 @@ class LlamaContext:
         prefix, an edited old message) would then decode without part of the window, silently not the model's
         own output. A rollback of a few drafts stays well inside what the cache keeps (the window plus a batch)."""
         n_swa = self.model.n_swa
-        if n_swa <= 0 or n_keep <= 0:
+        if n_swa <= 0 or n_keep <= 0 or self.config.swa_full:  # a full-size window cache overwrites nothing
             return True
         return int(llama_cpp.llama_memory_seq_pos_min(self._mem, 0)) <= max(0, n_keep - n_swa)
 
