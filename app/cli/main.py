@@ -80,6 +80,7 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
     from app.cli import models as cli_models
     from app.cli import rpc_proxy as cli_rpc_proxy
     from app.cli import rpc_server as cli_rpc_server
+    from app.cli import serve as cli_serve
 
     parser = argparse.ArgumentParser(prog="specchat", description="Speculative decoding made visible.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
@@ -111,6 +112,7 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
     cli_chats.register(sub)
     cli_rpc_server.register(sub)
     cli_rpc_proxy.register(sub)
+    cli_serve.register(sub)
     try:
         from app.cli import memory as cli_memory
     except ImportError:  # pragma: no cover - lands with the memory meter
