@@ -48,6 +48,8 @@ class EngineThread:
         self._pending = 0  # running or waiting
         self._lock = threading.Lock()
         self._durations: collections.deque[float] = collections.deque(maxlen=16)
+        # The latest requests' (id, engine finish reason or "failed", tokens): the log's summary, and what tests read.
+        self.recent: collections.deque[tuple[str, str, int]] = collections.deque(maxlen=64)
         self.served: Served | None = None
         self.load_error: str | None = None
         self._ready = threading.Event()
@@ -106,9 +108,14 @@ class EngineThread:
             self._ready.set()
             while (job := self._jobs.get()) is not None:
                 start = time.monotonic()
+                finish = None
                 try:
-                    run_job(session, job)
+                    finish = run_job(session, job)
                 finally:
+                    reason = finish.stats.finish_reason if finish else "failed"
+                    n_tokens = len(finish.tokens) if finish else 0
+                    self.recent.append((job.id, reason, n_tokens))
+                    log.info("request %s: %d tokens in %.1f s, %s", job.id, n_tokens, time.monotonic() - start, reason)
                     self._durations.append(time.monotonic() - start)
                     with self._lock:
                         self._pending -= 1

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(eq=False)  # not frozen: Starlette sets __traceback__ on what it catches
 class ApiError(Exception):
     status: int
     message: str

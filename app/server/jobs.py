@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from app.engine.events import FinishEvent
 from app.engine.session import GenParams, SpecSession
 from app.server.errors import ApiError
 
@@ -60,11 +61,13 @@ class Job:
     submitted: float = field(default_factory=time.monotonic)
 
 
-def run_job(session: SpecSession, job: Job) -> None:
-    """Run one request to its end on the engine thread. Never raises: failures are delivered as `Failed`."""
+def run_job(session: SpecSession, job: Job) -> FinishEvent | None:
+    """Run one request to its end on the engine thread; its FinishEvent (None: refused, failed, or left before it
+    started). Never raises: failures are delivered as `Failed`."""
+    finish: FinishEvent | None = None
     try:
         if job.cancel.is_set():
-            return  # the client left while the request waited
+            return None  # the client left while the request waited
         spec = job.spec
         prompt = _prompt(session, spec)
         n_ctx = session.target_ctx.n_ctx
@@ -77,8 +80,8 @@ def run_job(session: SpecSession, job: Job) -> None:
         if spec.max_tokens is not None and spec.max_tokens > room:
             raise ApiError(400, f"This model's maximum context length is {n_ctx} tokens. However, you requested "
                                 f"{len(prompt) + spec.max_tokens} tokens ({len(prompt)} in the {param}, "
-                                f"{spec.max_tokens} in the completion). Reduce the length of the {param} or the "
-                                "completion.", "max_tokens", "context_length_exceeded")
+                                f"{spec.max_tokens} in the completion). Reduce the length of the {param} or "
+                                "max_tokens.", "max_tokens", "context_length_exceeded")
         n_predict = spec.max_tokens if spec.max_tokens is not None else room
         prediction = _prediction(session, spec.prediction)
         job.deliver(Started(len(prompt), n_predict, (time.monotonic() - job.submitted) * 1000.0))
@@ -86,6 +89,8 @@ def run_job(session: SpecSession, job: Job) -> None:
         extra = {"prediction": prediction} if prediction else {}  # TODO(prediction merge)
         for event in session.generate(prompt, params, job.cancel, **extra):
             job.deliver(event)
+            if isinstance(event, FinishEvent):
+                finish = event
     except ApiError as error:
         job.deliver(Failed(error))
     except Exception as error:  # the engine's own failure: named to the client, logged with its traceback
@@ -93,6 +98,7 @@ def run_job(session: SpecSession, job: Job) -> None:
         job.deliver(Failed(ApiError(500, f"The engine failed: {error}", None, "engine_error", "server_error")))
     finally:
         job.deliver(DONE)
+    return finish
 
 
 def _prompt(session: SpecSession, spec: JobSpec) -> list[int]:
