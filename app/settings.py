@@ -75,6 +75,12 @@ class Settings:
     rpc: str = ""
     # Chat: the system prompt of chats that have none of their own ("" for none)
     system_prompt: str = ""
+    # The local OpenAI-compatible server (app/server) the window runs while this is on: address, and the key
+    # clients must send ("" for none; required by any host but loopback)
+    server_enabled: bool = False
+    server_host: str = "127.0.0.1"
+    server_port: int = 8080
+    server_api_key: str = ""
     # Appearance
     theme: str = "system"  # system | light | dark
     show_colours: bool = True

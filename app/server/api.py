@@ -52,7 +52,8 @@ class ApiConfig:
     api_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY
     cors_origins: tuple[str, ...] = ()
-    on_request: Callable[[Job, ReplyState], None] | None = None  # the window's view of the traffic
+    # The window's live choices (mode, speculation, sampling defaults), read per request instead of the two above.
+    live: Callable[[], tuple[GenParams, SamplingValues]] | None = None
 
 
 def create_app(backend: Backend, config: ApiConfig) -> FastAPI:
@@ -152,7 +153,7 @@ def _model_card(served: Served) -> dict[str, Any]:
 
 
 def _params(config: ApiConfig, body: ChatRequest | CompletionRequest) -> GenParams:
-    values = config.sampling
+    defaults, values = config.live() if config.live is not None else (config.defaults, config.sampling)
     sampling = SamplingParams(
         temperature=_pick(body.temperature, values.temperature), top_k=_pick(body.top_k, values.top_k),
         top_p=_pick(body.top_p, values.top_p), min_p=_pick(body.min_p, values.min_p), seed=body.seed,
@@ -163,7 +164,7 @@ def _params(config: ApiConfig, body: ChatRequest | CompletionRequest) -> GenPara
         sampling.validate()
     except ValueError as error:
         raise ApiError(400, str(error), None, "invalid_value") from error
-    return replace(config.defaults, sampling=sampling)
+    return replace(defaults, sampling=sampling)
 
 
 def _pick(value: Any, default: Any) -> Any:
@@ -249,8 +250,6 @@ async def _respond(request: Request, backend: Backend, config: ApiConfig, spec: 
     job = Job(spec, deliver)
     state = ReplyState(stops, job.cancel)
     backend.submit(job)  # 429 / 503 raise here
-    if config.on_request is not None:
-        config.on_request(job, state)
     try:
         first = await _next(items, request, job)
     except BaseException:

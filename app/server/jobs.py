@@ -52,7 +52,7 @@ class _Done:
 DONE = _Done()
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # compared and hashed by identity: a queue holds each one once
 class Job:
     spec: JobSpec
     deliver: Callable[[object], None]  # called on the engine thread; must be thread-safe and never block

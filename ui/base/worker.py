@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 
 from app.engine.events import Divergence, FinishEvent, StepEvent
 from app.engine.pair_config import PairConfig
@@ -185,6 +185,32 @@ class _Runner(QObject):
             self._check_parting(prompt, finishes, steps, cancel)
         self._put("done", "", ok)
 
+    @Slot(object)
+    def serve(self, job: Any) -> None:
+        """A request of the local server (app.server.jobs.Job), run between the window's own replies; the window
+        gets a copy of its reply when it ends ("served"), to show it with the overlay."""
+        from app.engine.events import TokenEvent
+        from app.server.errors import not_ready
+        from app.server.jobs import DONE, Failed, run_job
+
+        self._put("serving", job.id, job)
+        if self._session is None:
+            job.deliver(Failed(not_ready("no models are loaded in the window.")))
+            job.deliver(DONE)
+            self._put("served", job.id, (job, None, []))
+            return
+        kept: list[Any] = []
+        deliver = job.deliver
+
+        def tee(item: object) -> None:
+            deliver(item)
+            if isinstance(item, (TokenEvent, StepEvent)):
+                kept.append(item)
+
+        job.deliver = tee
+        finish = run_job(self._session, job)
+        self._put("served", job.id, (job, finish, kept))
+
     def _check_parting(self, prompt: list[int], finishes: dict[str, FinishEvent], steps: list[StepEvent],
                        cancel: threading.Event) -> None:
         """A greedy comparison that parted: is the speculative token the target's own choice in the batches that
@@ -266,10 +292,13 @@ class GenerationWorker(QObject):
     rpcLost = Signal(str)  # an RPC server stopped answering: the reply so far stays, the session is gone
     # A greedy comparison parted: None when its replay starts, then the PartingCheck (before jobDone).
     partingChecked = Signal(object)
+    serving = Signal(object)  # a local server request (app.server.jobs.Job) has started on the engine thread
+    served = Signal(object, object, object)  # that Job, its FinishEvent (None: refused or failed), its events
 
     _loadRequested = Signal(object, object)
     _runRequested = Signal(object, object)
     _closeRequested = Signal()
+    _serveRequested = Signal(object)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -282,6 +311,8 @@ class GenerationWorker(QObject):
         self._loadRequested.connect(self._runner.load)
         self._runRequested.connect(self._runner.run)
         self._closeRequested.connect(self._runner.close)
+        # Emitted from the server's HTTP thread: queued to the engine thread, after what is already waiting there.
+        self._serveRequested.connect(self._runner.serve, Qt.ConnectionType.QueuedConnection)
         self._thread.finished.connect(self._runner.deleteLater)
         self._flush_timer = QTimer(self)
         self._flush_timer.setSingleShot(True)
@@ -316,6 +347,10 @@ class GenerationWorker(QObject):
 
     def stop(self) -> None:
         self._cancel.set()
+
+    def serve(self, job: Any) -> None:
+        """Queue a local server request (any thread: the HTTP thread calls this)."""
+        self._serveRequested.emit(job)
 
     def cancel_load(self) -> bool:
         """Stop a load in progress at its next progress report (llama.cpp then stops reading weights); the
@@ -424,6 +459,10 @@ class GenerationWorker(QObject):
         elif kind == "done":
             self._busy = False
             self.jobDone.emit(bool(payload))
+        elif kind == "serving":
+            self.serving.emit(payload)
+        elif kind == "served":
+            self.served.emit(*payload)
         elif kind == "rpclost":
             self.rpc_lost = True
             busy, self._busy, self._loading = self._busy, False, False

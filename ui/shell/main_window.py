@@ -115,6 +115,9 @@ class MainWindow(QMainWindow):
         self.models = ModelsController(self.worker, self.model_label, self.progress, self.meter,
                                        self.side.meter_box, self.errors, self)
         self._connect()
+        from ui.shell.local_server import attach
+
+        self.local_server = attach(self)  # the OpenAI-compatible server, on while Settings say so
         self.conversations.refresh()
         self._sync_enabled()
         self._update_banner()
@@ -632,6 +635,10 @@ class MainWindow(QMainWindow):
         for view in (self.transcript, *self.compare_view.views.values()):
             view.set_overlay(self.settings.show_colours, self.settings.show_ghosts)
 
+    def set_server_enabled(self, on: bool) -> None:
+        self._remember(server_enabled=on)
+        self.local_server.apply(self.settings)
+
     def _remember(self, **change: Any) -> None:
         """Apply a setting now and keep it; command-line overrides are never written back."""
         if all(getattr(self.settings, k) == v for k, v in change.items()):
@@ -661,6 +668,8 @@ class MainWindow(QMainWindow):
 
     def _apply_settings(self, changes: dict[str, Any]) -> None:
         self._remember(**changes)
+        self.local_server.apply(self.settings)
+        self.local_server.refresh_params()
         if "sampling" in changes:
             self.controller.default_sampling = self.settings.sampling
             self.sampling_box.set_default(self.settings.sampling)
@@ -748,6 +757,7 @@ class MainWindow(QMainWindow):
         if self.isVisible() and on_real_screen():
             self._remember(window_geometry=bytes(self.saveGeometry().toBase64().data()).decode("ascii"))
         self.hide()
+        self.local_server.stop()  # its requests end at their next step, before the engine closes
         self.worker.shutdown(self.close_timeout_ms)
         self.store.retry_unsaved()  # a chat a failed save left in memory: one more try (its journal stays)
         self._unqueue()  # a prompt waiting for the models goes back into the box, and the box is kept

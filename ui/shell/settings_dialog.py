@@ -106,7 +106,22 @@ class SettingsDialog(QDialog):
             "rpc": QLineEdit(),
             "theme": QComboBox(),
             "system_prompt": QPlainTextEdit(),
+            "server_enabled": QCheckBox("serve an OpenAI-compatible API on the loaded pair"),
+            "server_host": QLineEdit(),
+            "server_port": _int(1, 65535),
+            "server_api_key": QLineEdit(),
         }
+        key = self._fields["server_api_key"]
+        assert isinstance(key, QLineEdit)
+        key.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)
+        key.setPlaceholderText("none (only 127.0.0.1 then)")
+        key.setToolTip("Clients send it as 'Authorization: Bearer KEY'. Any address but loopback (127.0.0.1) needs "
+                       "one.")
+        self._fields["server_host"].setToolTip("127.0.0.1: this machine only. 0.0.0.0 or a LAN address: others "
+                                               "too, which needs an API key")
+        self._fields["server_enabled"].setToolTip(
+            "Editors, agents and scripts reach the loaded models as OpenAI's API at http://HOST:PORT/v1, with "
+            "speculation and Predicted Outputs; their requests show in the Local server chat (README)")
         rpc = self._fields["rpc"]
         assert isinstance(rpc, QLineEdit)
         rpc.setPlaceholderText("none  (e.g. 192.168.1.20:50052, 127.0.0.1:50053)")
@@ -149,6 +164,8 @@ class SettingsDialog(QDialog):
                                                     ("", "flash_attn"), ("", "strict"),
                                                     ("RPC servers", "rpc"))),
             ("Chat", (("Default system prompt", "system_prompt"),)),
+            ("Local server", (("", "server_enabled"), ("Address", "server_host"), ("Port", "server_port"),
+                              ("API key", "server_api_key"))),
             ("Appearance", (("Theme", "theme"),)),
         )
         columns = QHBoxLayout()
@@ -204,6 +221,8 @@ class SettingsDialog(QDialog):
                 value = widget.currentText()
             elif isinstance(widget, QPlainTextEdit):
                 value = widget.toPlainText().strip()
+            elif isinstance(widget, QLineEdit) and key != "rpc":
+                value = widget.text().strip()
             elif isinstance(widget, QLineEdit):
                 value = ",".join(e.strip() for e in widget.text().split(",") if e.strip())
             elif isinstance(widget, QSpinBox):
