@@ -462,8 +462,6 @@ def summarise(runs: list[BenchRun]) -> dict[str, Any]:
 def _native_plan(args: argparse.Namespace, cfg: Any, params: GenParams, workdir: Path) -> NativePlan | None:
     if args.native is None:
         return None
-    from app.llama_backend import default_threads
-
     native_bench.tool_paths(args.native)
     wanted = [m.strip() for m in args.native_modes.split(",") if m.strip()]
     unknown = [m for m in wanted if m not in NATIVE_MODES]
@@ -475,18 +473,27 @@ def _native_plan(args: argparse.Namespace, cfg: Any, params: GenParams, workdir:
     if "draft-simple" in modes and cfg.draft is None:
         modes.remove("draft-simple")
         print("specchat: note: no draft model, so llama.cpp's draft-simple is skipped", file=sys.stderr)
+    settings = native_settings(Path(args.native), cfg, params, args.native_timeout,
+                               native_bench.split_args(args.native_args or ""))
+    return NativePlan(settings, modes, workdir)
+
+
+def native_settings(bin_dir: Path, cfg: PairConfig, params: GenParams, timeout_s: float,
+                    extra_args: tuple[str, ...] = ()) -> NativeSettings:
+    """llama.cpp's side of a comparison: the pair's files, context, threads and kernels, and the same sampling."""
+    from app.llama_backend import default_threads
+
     s = params.sampling
-    settings = NativeSettings(
-        bin_dir=Path(args.native), target=cfg.target, draft=cfg.draft, n_ctx=cfg.n_ctx,
+    return NativeSettings(
+        bin_dir=bin_dir, target=cfg.target, draft=cfg.draft, n_ctx=cfg.n_ctx,
         n_threads=cfg.n_threads or default_threads(), n_batch=cfg.n_batch, flash_attn=cfg.flash_attn,
         repack=cfg.repack, n_gpu_layers=cfg.n_gpu_layers, n_gpu_layers_draft=cfg.n_gpu_layers_draft,
         type_k=cfg.type_k, type_v=cfg.type_v, temp=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
         seed=s.seed, draft_max=params.spec.draft_max, p_min=params.spec.p_min,
-        timeout_s=args.native_timeout, extra_args=native_bench.split_args(args.native_args or ""),
+        timeout_s=timeout_s, extra_args=extra_args,
         repeat_penalty=s.repeat_penalty, repeat_last_n=s.repeat_last_n, frequency_penalty=s.frequency_penalty,
         presence_penalty=s.presence_penalty, n_threads_draft=cfg.n_threads_draft,
     )
-    return NativePlan(settings, modes, workdir)
 
 
 def run_bench_cli(args: argparse.Namespace, add_ons: Sequence[BenchAddOn] = ()) -> int:

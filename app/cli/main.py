@@ -75,6 +75,7 @@ def add_bench_args(bench: argparse.ArgumentParser) -> None:
 
 
 def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentParser:
+    from app.cli import bench_serve as cli_bench_serve
     from app.cli import chats as cli_chats
     from app.cli import hub as cli_hub
     from app.cli import models as cli_models
@@ -113,6 +114,7 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
     cli_rpc_server.register(sub)
     cli_rpc_proxy.register(sub)
     cli_serve.register(sub)
+    cli_bench_serve.register(sub)
     try:
         from app.cli import memory as cli_memory
     except ImportError:  # pragma: no cover - lands with the memory meter

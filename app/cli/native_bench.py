@@ -120,9 +120,9 @@ def tool_paths(bin_dir: Path) -> dict[str, Path]:
     return found
 
 
-def tool_version(bin_dir: Path) -> str:
+def tool_version(bin_dir: Path, tool: str = COMPLETION) -> str:
     try:
-        out = subprocess.run([str(Path(bin_dir) / COMPLETION), "--version"], capture_output=True, text=True,
+        out = subprocess.run([str(Path(bin_dir) / tool), "--version"], capture_output=True, text=True,
                              timeout=60, errors="replace")
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unknown ({exc})"

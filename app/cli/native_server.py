@@ -41,32 +41,35 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_command(settings: NativeSettings, port: int) -> list[str]:
+def server_command(settings: NativeSettings, port: int, spec_args: tuple[str, ...] = ()) -> list[str]:
     """llama-server with the same model, context, batch, threads, attention, repacking, layers and KV types as
-    llama-completion gets from the bench (native_bench.command), one slot, no web UI, no prompt cache."""
+    llama-completion gets from the bench (native_bench.command), one slot, no web UI, no prompt cache;
+    `spec_args`: its speculation (`--spec-type ngram-map-k`, bench-serve's n-gram columns)."""
     s = settings
     return [str(Path(s.bin_dir) / SERVER), *model_args(s), "-b", str(s.n_batch), "-ub", str(s.n_batch),
             "-tb", str(s.n_threads), "-np", "1", "--no-webui", "--no-cache-prompt", "--cache-ram", "0",
-            "--host", HOST, "--port", str(port), *s.extra_args]
+            "--host", HOST, "--port", str(port), *spec_args, *s.extra_args]
 
 
-def check_tool(bin_dir: Path) -> Path:
+def check_tool(bin_dir: Path, flag: str = "--native-modes server-plain") -> Path:
     path = Path(bin_dir) / SERVER
     if not path.is_file():
-        raise ServerError(f"--native-modes server-plain: {path} is missing; build the llama-server target as "
+        raise ServerError(f"{flag}: {path} is missing; build the llama-server target as "
                           "docs/BENCHMARKS.md says (section \"Comparing with llama.cpp itself\")")
     return path
 
 
 class NativeServer:
-    """One llama-server process for the bench's lifetime; `complete` times one reply on it."""
+    """One llama-server process for the bench's lifetime; `complete` times one reply on it, and `base_url` is its
+    OpenAI-compatible API (bench-serve). `name` names its log file: several may run side by side."""
 
-    def __init__(self, settings: NativeSettings, log_dir: Path) -> None:
+    def __init__(self, settings: NativeSettings, log_dir: Path, spec_args: tuple[str, ...] = (),
+                 name: str = SERVER) -> None:
         self.settings = settings
-        self._log_path = Path(log_dir) / "llama-server.log"
+        self._log_path = Path(log_dir) / f"{name}.log"
         check_tool(settings.bin_dir)
         self.port = _free_port()
-        self.command = server_command(settings, self.port)
+        self.command = server_command(settings, self.port, spec_args)
         self._log = open(self._log_path, "wb")  # noqa: SIM115 (kept open while the server runs)
         self._proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT)
         try:
@@ -77,6 +80,10 @@ class NativeServer:
 
     def _url(self, path: str) -> str:
         return f"http://{HOST}:{self.port}{path}"
+
+    @property
+    def base_url(self) -> str:
+        return self._url("/v1")
 
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -9,6 +9,7 @@ import sys
 from app import settings as settings_mod
 from app.cli.options import UserError, add_generation_args, add_model_args, gen_params, pair_config, resolve_models
 from app.engine.drafters import NEEDS_DRAFT
+from app.engine.sampling import SamplingParams
 from app.models.recommended_sampling import SamplingValues, recommended_for
 
 DEFAULT_PORT = 8080
@@ -33,6 +34,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_model_args(p)
     add_generation_args(p)
     p.set_defaults(func=_cmd_serve)
+
+
+def sampling_values(s: SamplingParams) -> SamplingValues:
+    """The server's sampling for fields a request leaves out: the command's own (flags over the preset)."""
+    return SamplingValues(s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.repeat_last_n,
+                          s.frequency_penalty, s.presence_penalty)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -64,9 +71,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         sock = bound_socket(args.host, args.port)  # a taken port fails before the models load
     except OSError as error:
         raise UserError(f"serve: {error.strerror}") from error
-    s = params.sampling
-    sampling = SamplingValues(s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.repeat_last_n,
-                              s.frequency_penalty, s.presence_penalty)
+    sampling = sampling_values(params.sampling)
     engine = EngineThread(lambda: SpecSession(cfg), params.mode, args.max_queue)
     print(f"specchat: loading {target.name}" + (f" with draft {draft.name}" if draft else "") + " ...",
           file=sys.stderr, flush=True)

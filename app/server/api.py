@@ -97,14 +97,15 @@ def create_app(backend: Backend, config: ApiConfig) -> FastAPI:
     async def chat_completions(body: ChatRequest, request: Request) -> Response:
         served = _check(body, backend)
         spec = JobSpec("chat", _params(config, body), messages=tuple(body.chat_messages()), max_tokens=body.limit(),
-                       prediction=body.prediction_text())
+                       prediction=body.prediction_text(), cache_prompt=body.cache_prompt)
         return await _respond(request, backend, config, spec, body.stops(), body.stream, body.include_usage(),
                               ChatShape(served.model_id))
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
         served = _check(body, backend)
-        spec = JobSpec("completion", _params(config, body), prompt_text=body.prompt_text(), max_tokens=body.max_tokens)
+        spec = JobSpec("completion", _params(config, body), prompt_text=body.prompt_text(), max_tokens=body.max_tokens,
+                       cache_prompt=body.cache_prompt)
         return await _respond(request, backend, config, spec, body.stops(), body.stream, body.include_usage(),
                               CompletionShape(served.model_id))
 

@@ -30,6 +30,7 @@ class JobSpec:
     prompt_text: str = ""  # completion
     max_tokens: int | None = None
     prediction: str | None = None
+    cache_prompt: bool = True  # False: forget every cached prompt first, so this one is processed whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,8 @@ def run_job(session: SpecSession, job: Job) -> FinishEvent | None:
         job.deliver(Started(len(prompt), n_predict, (time.monotonic() - job.submitted) * 1000.0))
         params = GenParams(spec.params.mode, n_predict, spec.params.sampling, spec.params.spec)
         extra = {"prediction": prediction} if prediction else {}  # TODO(prediction merge)
+        if not spec.cache_prompt:
+            session.clear_caches()
         for event in session.generate(prompt, params, job.cancel, **extra):
             job.deliver(event)
             if isinstance(event, FinishEvent):
@@ -117,4 +120,7 @@ def _prompt(session: SpecSession, spec: JobSpec) -> list[int]:
 def _prediction(session: SpecSession, text: str | None) -> Sequence[int] | None:
     if not text:
         return None
-    return session.prediction_tokens(text)
+    # TODO(prediction merge): SpecSession.prediction_tokens comes with the prediction proposer; until then the
+    # field is accepted and ignored (the request decodes as without it) instead of failing with a 500.
+    tokens_of = getattr(session, "prediction_tokens", None)
+    return tokens_of(text) if tokens_of is not None else None

@@ -71,6 +71,9 @@ class _Sampled(BaseModel):
     logprobs: bool | int | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    # llama-server's extension: false processes the whole prompt, reusing no cached prefix (benchmarks compare
+    # prefill as well as decoding this way; bench-serve sends it to both servers)
+    cache_prompt: bool = True
 
     def stops(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
