@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 from dataclasses import asdict
+from pathlib import Path
 
 from app import settings as settings_mod
 from app.cli.options import UserError, gen_params, pair_config, resolve_models
@@ -60,6 +61,16 @@ def _exit_on_rpc_drop() -> None:
     rpc.on_drop(_drop)
 
 
+def _read_prediction(path: Path | None) -> str | None:
+    """--prediction FILE's text (None without the flag); a file that cannot be read is the user's error."""
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"Cannot read the prediction file {path}: {exc}") from exc
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     settings, warning = settings_mod.load()
     if warning:
@@ -80,6 +91,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(f"specchat: note: mode auto runs {params.mode} on this build (the draft model loses to plain "
                   "decoding on the CPU); --mode hybrid or draft uses it", file=sys.stderr)
         draft = None  # do not load a model that will not be used
+    prediction_text = _read_prediction(args.prediction)
     cfg = pair_config(args, settings, target, draft)
     renderer = TerminalRenderer(colour=not args.no_color and sys.stdout.isatty() or args.color,
                                 show_rejected=args.show_rejected)
@@ -92,8 +104,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         devices = session.device_layers() if args.json else []
         prompt = (session.target_model.tokenize(args.prompt) if args.raw
                   else session.chat_prompt([{"role": "user", "content": args.prompt}]))
+        prediction = session.prediction_tokens(prediction_text) if prediction_text else None
         try:
-            for event in session.generate(prompt, params, cancel):
+            for event in session.generate(prompt, params, cancel, prediction):
                 if isinstance(event, FinishEvent):
                     finish = event
                 elif isinstance(event, StepEvent) and args.json:

@@ -90,6 +90,9 @@ def build_parser(extra_commands: Sequence[Register] = ()) -> argparse.ArgumentPa
     gen = sub.add_parser("generate", help="generate a reply, coloured by each token's fate")
     gen.add_argument("-p", "--prompt", required=True)
     gen.add_argument("--raw", action="store_true", help="no chat template: continue the prompt text as is")
+    gen.add_argument("--prediction", type=Path, metavar="FILE", default=None,
+                     help="text the reply is expected to mostly repeat (the file being edited): its tokens are drafted "
+                     "wherever the reply follows them, as OpenAI's predicted outputs")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
     gen.add_argument("--show-rejected", action="store_true", help="show rejected drafts struck through")
     gen.add_argument("--no-color", action="store_true")

@@ -67,6 +67,11 @@ def format_stats(stats: GenerationStats) -> str:
             f"mean accepted length {stats.mean_accepted_length:.2f}, {stats.tokens_per_step:.2f} tokens/step; "
             f"acceptance by position: {per_pos}"
         )
+    if stats.prediction_tokens:
+        lines.append(
+            f"prediction: {stats.prediction_tokens} tokens; {stats.accepted_prediction_tokens} accepted, "
+            f"{stats.rejected_prediction_tokens} rejected"
+        )
     if stats.decode_ms > 0:
         lines.append(
             f"time: draft {stats.draft_ms:.0f} ms ({stats.draft_ms / stats.decode_ms:.0%}), verify "

@@ -81,7 +81,7 @@ class DraftPolicy:
         self.proposer = proposer
         self._is_eog = is_eog
         self._steady = spec.steady_shapes
-        k_max = 0 if proposer.mode == "none" else min(spec.draft_max, most)
+        k_max = min(spec.draft_max, most) if proposer.drafts else 0
         # Long copies get their own limit (only where K adapts: --no-adapt means K is draft_max for all).
         kc_max = 0
         if proposer.copies and spec.adaptive and k_max > 0 and spec.copy_max > 0:

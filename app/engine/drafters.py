@@ -38,6 +38,7 @@ def auto_mode(has_draft: bool, gpu_offload: bool) -> str:
 class NoDrafter(ProposerBase):
     mode = "none"
     costs_time = False
+    drafts = False
 
     def propose(self, context: list[int], k: int, sampling: SamplingParams, noise: SampleNoise) -> Proposal:
         return NO_PROPOSAL

@@ -51,9 +51,13 @@ class EditMemory:
         """A copy that broke off at source `anchor` / reply `broke_at` resumed at source_back / reply_back: what
         the reply wrote in between replaced what the source had there. Kept when both sides are short and
         non-empty (a renamed name, a fixed word), not for insertions or deletions."""
+        self.learn_sides(tuple(context[anchor:source_back]), tuple(context[broke_at:reply_back]))
+
+    def learn_sides(self, x: tuple[int, ...], y: tuple[int, ...]) -> None:
+        """The reply wrote y where its source had x (learn's rule, for a source that is not the context: a
+        request's predicted output, app/engine/prediction.py)."""
         if not self.params.substitutions:
             return
-        x, y = tuple(context[anchor:source_back]), tuple(context[broke_at:reply_back])
         if 1 <= len(x) <= SUB_MAX_SOURCE and 1 <= len(y) <= SUB_MAX_REPLY and x != y:
             subs = self.subs.setdefault(x[0], [])
             subs[:] = [(x, y)] + [(ox, oy) for ox, oy in subs if ox != x]

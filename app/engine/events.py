@@ -26,6 +26,9 @@ class TokenEvent:
     step: int
     p: float | None = None  # target probability of the token (sampled runs)
     q: float | None = None  # draft probability of the token (sampled runs, drafted tokens)
+    # An accepted token (fate ACCEPTED) that was drafted from the request's predicted output
+    # (app/engine/prediction.py): one of GenerationStats.accepted_prediction_tokens.
+    predicted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,8 @@ class StepEvent:
     copy: bool = False
     # Rows appended to the verify batch after the draft (copies of its last token; SpecParams.steady_shapes).
     padded: int = 0
+    # The draft was copied from the request's predicted output (app/engine/prediction.py), not the mode's drafter.
+    predicted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,15 @@ class GenerationStats:
     speculation_active: bool  # False when the governor had drafting off at the end of the reply
     python_ms: float = 0.0  # decode time spent outside llama_decode (both models): the engine's overhead
     draft_prefill_ms: float = 0.0  # the draft model's share of prefill_ms (its pass over the prompt)
+    # A request's predicted output (OpenAI's "Predicted Outputs"; app/engine/prediction.py), 0 without one:
+    # prediction_tokens: its length in tokens. accepted_prediction_tokens: reply tokens that were drafted from it
+    # and accepted by the target (the TokenEvents marked `predicted`; also counted in `accepted`).
+    # rejected_prediction_tokens: tokens drafted from it that the target rejected, so verified for nothing (what
+    # OpenAI bills as rejected prediction tokens; also counted in `drafted`). Prediction tokens never drafted
+    # (where the reply departed from it, or the mode's drafter proposed) are in neither count.
+    prediction_tokens: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

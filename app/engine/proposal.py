@@ -2,9 +2,10 @@
 
 A proposer guesses how the reply goes on; the engine verifies the guess in one batched target pass and keeps the
 longest prefix the target agrees with (app/engine/speculative.py). Proposers today: the draft model, n-gram lookup,
-hybrid (app/engine/drafters.py) and none (plain decoding); the engine asks them through the policy that governs
-them (app/engine/draft_policy.py). A new one (MTP heads, a request's predicted output) implements `propose`,
-inherits the rest from `ProposerBase`, and gets the governor, the verify, the rollback and exactness for free.
+hybrid (app/engine/drafters.py) and none (plain decoding), and a request's predicted output wrapped around any of
+them (app/engine/prediction.py); the engine asks them through the policy that governs them
+(app/engine/draft_policy.py). A new one (MTP heads) implements `propose`, inherits the rest from `ProposerBase`,
+and gets the governor, the verify, the rollback and exactness for free.
 
 Exactness does not depend on what is proposed: a wrong guess costs verify rows, never a different reply.
 """
@@ -38,6 +39,9 @@ class Proposal:
     k: int = 0
     copy: bool = False
     pad: int = 0
+    # Copied from a request's predicted output (app/engine/prediction.py): what the stats count as accepted and
+    # rejected prediction tokens.
+    predicted: bool = False
 
     @property
     def rows(self) -> int:
@@ -59,9 +63,10 @@ class Outcome:
 
 
 class Proposer(Protocol):
-    mode: str
+    mode: str  # the mode's name, as the stats report it
     costs_time: bool  # its proposals cost model passes, which the governor prices (False: near free)
     copies: bool  # whether propose_copy may return anything
+    drafts: bool  # whether it proposes anything at all (False: plain decoding, the policy asks for nothing)
 
     @property
     def native_ms(self) -> float:
@@ -97,6 +102,7 @@ class ProposerBase:
 
     costs_time = False
     copies = False
+    drafts = True
 
     @property
     def native_ms(self) -> float:

@@ -27,6 +27,7 @@ from app.engine.drafters import (
 from app.engine.events import Event, FinishEvent
 from app.engine.memory_plan import check_fits, placing_for, predict_for_config
 from app.engine.pair_config import PairConfig
+from app.engine.prediction import PredictionProposer
 from app.engine.prompt_cache import PromptCache
 from app.engine.proposal import Proposer
 from app.engine.sampling import SamplingParams
@@ -185,10 +186,18 @@ class SpecSession:
             del self._rendered[next(iter(self._rendered))]
         return tokens
 
-    def generate(self, prompt: Sequence[int], params: GenParams,
-                 cancel: threading.Event | None = None) -> Iterator[Event]:
+    def generate(self, prompt: Sequence[int], params: GenParams, cancel: threading.Event | None = None,
+                 prediction: Sequence[int] | None = None) -> Iterator[Event]:
+        """One reply to `prompt`. `prediction`: the tokens the reply is expected to mostly repeat (a request's
+        predicted output, `prediction_tokens`): the reply then runs on an engine whose proposer copies them
+        wherever the reply follows them, and the mode's drafter proposes elsewhere (app/engine/prediction.py)."""
         spec = self.resolve_spec(params.spec)
         engine = self._engine(params.mode, spec)
+        if prediction:
+            # A one-reply engine around the mode's own drafter: the same target context and prompt caches, and the
+            # drafter's state (lookup's index, the draft model's cache) carries on as in the mode's engine.
+            engine = SpecEngine(engine.target, PredictionProposer(engine.drafter, prediction),
+                                prompt_cache=engine.prompt_cache)
         events = engine.generate(prompt, params.n_predict, params.sampling, spec, cancel, params.track_margins)
         text = self._rendered.get(tuple(prompt))
         return events if text is None else self._remembering(events, prompt, text)
@@ -206,9 +215,15 @@ class SpecSession:
                 yield event
 
     def generate_chat(self, messages: Sequence[dict[str, Any]], params: GenParams,
-                      cancel: threading.Event | None = None) -> Iterator[Event]:
+                      cancel: threading.Event | None = None,
+                      prediction: Sequence[int] | None = None) -> Iterator[Event]:
         """One turn of a chat: the prompt reuses the ids of the turns before it (chat_prompt's reuse_replies)."""
-        return self.generate(self.chat_prompt(messages, reuse_replies=True), params, cancel)
+        return self.generate(self.chat_prompt(messages, reuse_replies=True), params, cancel, prediction)
+
+    def prediction_tokens(self, text: str) -> list[int]:
+        """A predicted output's text as the reply would write it: the target's tokens, no BOS, and special-token
+        text (`<|im_end|>`) left as text, as the reply's own tokens never hold a special token's id for it."""
+        return self.target_model.tokenize(text, add_special=False, parse_special=False)
 
     def clear_caches(self) -> None:
         """Forget every cached prompt, so the next reply prefills from scratch as a freshly started llama.cpp

@@ -57,6 +57,8 @@ class _Tally:
     verify_ms: float = 0.0
     draft_prefill_ms: float = 0.0  # the draft model's share of the prompt's processing
     acceptance: AcceptanceTally = field(default_factory=AcceptanceTally)
+    accepted_predicted: int = 0  # reply tokens drafted from a request's prediction and accepted
+    rejected_predicted: int = 0  # tokens drafted from it and rejected
 
     def count(self, proposal: Proposal, accepted: int, verify_ms: float) -> int:
         """Add one step; its index."""
@@ -64,6 +66,8 @@ class _Tally:
         self.acceptance.add(len(proposal.tokens), accepted)
         self.draft_ms += proposal.ms
         self.verify_ms += verify_ms
+        if proposal.predicted:
+            self.rejected_predicted += len(proposal.tokens) - accepted
         return self.steps - 1
 
 
@@ -162,7 +166,9 @@ class SpecEngine:
                 yield self._step_event(step, len(emitted), proposal, accepted, len(keep), verify_ms, from_prompt)
                 for token, fate, p, q in keep:
                     text_parts.append(utf8.decode(self.model.piece(token)))
-                    yield TokenEvent(len(emitted), token, text_parts[-1], fate, step, p, q)
+                    predicted = proposal.predicted and fate is TokenFate.ACCEPTED
+                    tally.accepted_predicted += predicted
+                    yield TokenEvent(len(emitted), token, text_parts[-1], fate, step, p, q, predicted)
                     emitted.append(token)
                     context.append(token)
                 yield from learned
@@ -215,7 +221,7 @@ class SpecEngine:
         return StepEvent(step=step, position=position, k=proposal.k, drafted=proposal.tokens, accepted=accepted,
                          rejected=rejected, rejected_text=self.model.detokenize(rejected), emitted=emitted,
                          draft_ms=proposal.ms, verify_ms=verify_ms, from_prompt=from_prompt, copy=proposal.copy,
-                         padded=proposal.pad)
+                         padded=proposal.pad, predicted=proposal.predicted)
 
     def _decode_verify(self, last: int, proposal: Proposal) -> float:
         """One target pass over [last context token, *proposal, padding]: logits for every row; its ms."""
@@ -306,4 +312,8 @@ class SpecEngine:
             final_k=policy.governor.active_k,
             speculation_active=policy.governor.enabled,
             python_ms=python_ms,
+            # A prediction proposer (app/engine/prediction.py) holds the request's prediction; other proposers none.
+            prediction_tokens=len(getattr(policy.proposer, "prediction", ())),
+            accepted_prediction_tokens=tally.accepted_predicted,
+            rejected_prediction_tokens=tally.rejected_predicted,
         )
