@@ -13,6 +13,7 @@ FATE_COLOURS: dict[TokenFate, str] = {
     TokenFate.CORRECTED: "#D55E00",  # vermillion: the target overruled the draft
     TokenFate.BONUS: "#009E73",  # bluish green: free extra token after a fully accepted draft
     TokenFate.TARGET: "#7F7F7F",  # neutral: plain decoding, nothing to verify
+    TokenFate.PREDICTED: "#CC79A7",  # reddish purple: accepted from the request's predicted output
 }
 GHOST_COLOUR = "#999999"  # rejected draft tokens, struck through
 
@@ -21,6 +22,7 @@ FATE_LABELS: dict[TokenFate, str] = {
     TokenFate.CORRECTED: "corrected by the target",
     TokenFate.BONUS: "bonus token",
     TokenFate.TARGET: "plain target token",
+    TokenFate.PREDICTED: "accepted from the prediction",
 }
 
 

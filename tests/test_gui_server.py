@@ -13,7 +13,7 @@ import pytest
 
 from app.chat.conversations import ChatStore
 from app.settings import Settings
-from tests.gui_support import gui_home, open_window
+from tests.gui_support import fragments, gui_home, open_window
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.gui
@@ -30,10 +30,12 @@ def window(qapp: Any, smol_path: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 def _ask(url: str, out: list[Any], **kw: Any) -> threading.Thread:
+    kw = {"max_tokens": 12, **kw}
+
     def run() -> None:
         client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)
         try:
-            out.append(client.chat.completions.create(model="specchat", temperature=0, max_tokens=12, **kw))
+            out.append(client.chat.completions.create(model="specchat", temperature=0, **kw))
         except Exception as error:  # noqa: BLE001 - the test reports it
             out.append(error)
     thread = threading.Thread(target=run)
@@ -62,6 +64,37 @@ def test_a_request_is_served_by_the_window_and_shown_in_its_chat(window: Any, qt
     assert saved.messages[-1].content == served.content  # saved, as any chat
     window.show_server_chat()
     assert window.controller.conv is chat and "Name three fruits." in window.transcript.toPlainText()
+
+
+def test_prediction_accepted_tokens_have_their_own_colour(window: Any, qtbot: Any) -> None:
+    server = window.local_server
+    source = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+    messages = [{"role": "user", "content": "Repeat this code exactly:\n\n" + source}]
+    out: list[Any] = []
+    with qtbot.waitSignal(server.requestServed, timeout=120_000):
+        thread = _ask(server.address, out, messages=messages, max_tokens=24)  # type: ignore[arg-type]
+    thread.join(60)
+    first = out[0].choices[0].message.content
+    with qtbot.waitSignal(server.requestServed, timeout=120_000):
+        thread = _ask(server.address, out, messages=messages, max_tokens=24,  # type: ignore[arg-type]
+                      prediction={"type": "content", "content": first})
+    thread.join(60)
+    accepted = out[1].usage.completion_tokens_details.accepted_prediction_tokens
+    served = window.server_chat.conversation().messages[-1]
+    codes = [t[1] for t in served.tokens]
+    assert accepted > 0 and codes.count("p") == accepted, (accepted, codes)
+    window.show_server_chat()
+    from app.engine.events import TokenFate
+    from app.palette import FATE_COLOURS
+    from ui.base.token_style import PROP_FATE
+
+    shown = [fmt.property(PROP_FATE) for _text, fmt, _pos in fragments(window.transcript)]
+    assert "p" in shown  # the transcript paints them as predicted
+    from PySide6.QtWidgets import QLabel
+
+    labels = [label.text() for label in window.legend.findChildren(QLabel)]
+    assert "Accepted from the prediction" in labels  # the legend names the colour
+    assert FATE_COLOURS[TokenFate.PREDICTED] not in {FATE_COLOURS[f] for f in TokenFate if f is not TokenFate.PREDICTED}
 
 
 def test_switched_off_the_port_closes(window: Any, qtbot: Any) -> None:

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +48,11 @@ class Running:
 
 
 def start(model: Path, *, mode: str = "lookup", n_ctx: int = 1024, host: str = "127.0.0.1", max_queue: int = 16,
-          api_key: str | None = None, max_body: int = 8 << 20) -> Running:
-    engine = EngineThread(lambda: SpecSession(PairConfig(model, None, n_ctx=n_ctx, n_threads=2)), mode, max_queue)
+          api_key: str | None = None, max_body: int = 8 << 20, strict: bool = False) -> Running:
+    """strict: no CPU repacking, so a verify batch rounds as one-token steps do (greedy replies then equal whatever
+    is drafted, bit for bit; with repacking a near-tie may flip, docs/BENCHMARKS.md)."""
+    config = PairConfig(model, None, n_ctx=n_ctx, n_threads=2, repack=not strict)
+    engine = EngineThread(lambda: SpecSession(config), mode, max_queue)
     assert engine.wait_ready(300), engine.load_error
     config = ApiConfig(GenParams(mode=mode), SamplingValues(), api_key=api_key, max_body_bytes=max_body)
     return Running(engine, ServerThread(asgi_app(engine, config), host, 0).start())
@@ -154,6 +157,63 @@ def test_a_seed_repeats_a_sampled_reply(served: Running) -> None:
     others = {client.chat.completions.create(**kw, seed=s).choices[0].message.content for s in (7, 8, 9)}
     assert first == again
     assert len(others | {first}) > 1  # the seed decides the sample: other seeds write other replies
+
+
+# --- Predicted Outputs -------------------------------------------------------------------------------------------
+
+SOURCE = """def total(prices):
+    result = 0
+    for price in prices:
+        result += price
+    return result
+
+
+def average(prices):
+    if not prices:
+        return 0
+    return total(prices) / len(prices)
+"""
+
+
+@pytest.fixture(scope="module")
+def strict_served(smol_path: Path) -> Iterator[Running]:
+    running = start(smol_path, strict=True, n_ctx=1024)
+    yield running
+    running.server.stop()
+    running.engine.close()
+
+
+@pytest.mark.parametrize("mode", ["lookup", "none"])
+def test_a_prediction_changes_the_speed_never_the_reply(strict_served: Running, mode: str) -> None:
+    """A right prediction: the same greedy reply, most of it accepted from the prediction and counted in usage; a
+    prediction wrong everywhere: the same reply, nothing accepted from it. In mode none (plain) too."""
+    strict_served.engine.served = replace(strict_served.engine.served, mode=mode)  # type: ignore[arg-type]
+    client = strict_served.client()
+    kw = {"model": MODEL, "temperature": 0, "max_tokens": 64, "messages": [
+        {"role": "user", "content": "Repeat this Python code exactly, then stop:\n\n" + SOURCE}]}
+    plain = client.chat.completions.create(**kw)
+    text = plain.choices[0].message.content
+    assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0
+    right = client.chat.completions.create(**kw, prediction={"type": "content", "content": text})
+    assert right.choices[0].message.content == text
+    details = right.usage.completion_tokens_details
+    assert details.accepted_prediction_tokens >= 0.6 * right.usage.completion_tokens, right.usage
+    assert right.model_extra["specchat"]["accepted_prediction_tokens"] == details.accepted_prediction_tokens
+    assert right.model_extra["specchat"]["prediction_tokens"] > 0
+    wrong = client.chat.completions.create(**kw, prediction={
+        "type": "content", "content": "Les sanglots longs des violons de l'automne blessent mon coeur. " * 6})
+    assert wrong.choices[0].message.content == text
+    assert wrong.usage.completion_tokens_details.accepted_prediction_tokens == 0
+
+
+def test_a_seeded_sample_is_the_same_with_a_prediction(strict_served: Running) -> None:
+    client = strict_served.client()
+    kw = {"model": MODEL, "temperature": 0.9, "top_p": 1.0, "seed": 77, "max_tokens": 48,
+          "messages": [{"role": "user", "content": "Repeat this Python code:\n\n" + SOURCE}]}
+    alone = client.chat.completions.create(**kw).choices[0].message.content
+    streamed = client.chat.completions.create(**kw, stream=True, prediction={"type": "content", "content": SOURCE})
+    with_prediction = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    assert with_prediction == alone
 
 
 # --- bad input ----------------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ FATE_CODES: dict[TokenFate, str] = {
     TokenFate.CORRECTED: "c",
     TokenFate.BONUS: "b",
     TokenFate.TARGET: "t",
+    TokenFate.PREDICTED: "p",
 }
 CODE_FATES: dict[str, TokenFate] = {code: fate for fate, code in FATE_CODES.items()}
 # A chat's own sampling preset: app.settings.SAMPLING_PRESETS (not imported: settings bring the engine).
@@ -227,8 +228,13 @@ def sampling_record(preset: str, params: SamplingParams) -> dict[str, Any]:
     return {"preset": preset, **asdict(params)}
 
 
+def shown_fate(event: TokenEvent) -> TokenFate:
+    """The fate a token is shown with: accepted tokens drafted from a request's prediction have their own."""
+    return TokenFate.PREDICTED if event.predicted else event.fate
+
+
 def token_record(event: TokenEvent) -> TokenRecord:
-    record: TokenRecord = [event.text, FATE_CODES[event.fate], event.step]
+    record: TokenRecord = [event.text, FATE_CODES[shown_fate(event)], event.step]
     if event.p is not None or event.q is not None:
         record += [event.p, event.q]
     return record

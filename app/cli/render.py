@@ -34,7 +34,8 @@ class TerminalRenderer:
                 self.out.write(f"{_fg(GHOST_COLOUR)}\x1b[9m{ghost}{RESET}" if self.colour else f"[-{ghost}-]")
                 self._pending_ghost = ""
             if self.colour and event.fate is not TokenFate.TARGET:
-                self.out.write(f"{_fg(FATE_COLOURS[event.fate])}{event.text}{RESET}")
+                fate = TokenFate.PREDICTED if event.predicted else event.fate
+                self.out.write(f"{_fg(FATE_COLOURS[fate])}{event.text}{RESET}")
             else:
                 self.out.write(event.text)
             self.out.flush()

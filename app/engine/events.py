@@ -15,6 +15,9 @@ class TokenFate(StrEnum):
     CORRECTED = "corrected"  # the target's own token at the first rejected draft position
     BONUS = "bonus"  # the target's extra token after every draft token was accepted
     TARGET = "target"  # plain decoding: the step had no draft
+    # For display only: an ACCEPTED token whose draft came from a request's predicted output (TokenEvent.predicted,
+    # app/engine/prediction.py). The engine's own events keep ACCEPTED with the flag; records and colours use this.
+    PREDICTED = "predicted"
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,10 +87,9 @@ def run_job(session: SpecSession, job: Job) -> FinishEvent | None:
         prediction = _prediction(session, spec.prediction)
         job.deliver(Started(len(prompt), n_predict, (time.monotonic() - job.submitted) * 1000.0))
         params = GenParams(spec.params.mode, n_predict, spec.params.sampling, spec.params.spec)
-        extra = {"prediction": prediction} if prediction else {}  # TODO(prediction merge)
         if not spec.cache_prompt:
             session.clear_caches()
-        for event in session.generate(prompt, params, job.cancel, **extra):
+        for event in session.generate(prompt, params, job.cancel, prediction=prediction):
             job.deliver(event)
             if isinstance(event, FinishEvent):
                 finish = event
@@ -120,7 +119,4 @@ def _prompt(session: SpecSession, spec: JobSpec) -> list[int]:
 def _prediction(session: SpecSession, text: str | None) -> Sequence[int] | None:
     if not text:
         return None
-    # TODO(prediction merge): SpecSession.prediction_tokens comes with the prediction proposer; until then the
-    # field is accepted and ignored (the request decodes as without it) instead of failing with a 500.
-    tokens_of = getattr(session, "prediction_tokens", None)
-    return tokens_of(text) if tokens_of is not None else None
+    return session.prediction_tokens(text)

@@ -34,7 +34,7 @@ class ReplyState:
             if self.scan.stopped_at is not None:
                 return ""
             self.tokens += 1
-            self.predicted += bool(getattr(item, "predicted", False))
+            self.predicted += item.predicted
             out = self.scan.feed(item.text)
             if self.scan.stopped_at is not None:
                 self.cancel.set()  # the engine ends at its next step; what it writes until then is dropped

@@ -27,6 +27,7 @@ TINT_ALPHA: dict[TokenFate, float] = {
     TokenFate.CORRECTED: 0.32,
     TokenFate.BONUS: 0.32,
     TokenFate.TARGET: 0.16,
+    TokenFate.PREDICTED: 0.32,
 }
 
 
