@@ -83,6 +83,7 @@ def test_prediction_accepted_tokens_have_their_own_colour(window: Any, qtbot: An
     served = window.server_chat.conversation().messages[-1]
     codes = [t[1] for t in served.tokens]
     assert accepted > 0 and codes.count("p") == accepted, (accepted, codes)
+    assert served.rolling  # the stats panel's rolling acceptance, as for a chat's reply
     window.show_server_chat()
     from app.engine.events import TokenFate
     from app.palette import FATE_COLOURS

@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.chat.conversations import ChatStore, Conversation, Message, records_from_events
 from app.engine.events import FinishEvent
+from app.engine.live_stats import LiveStats
 
 TITLE = "Local server"
 
@@ -41,9 +42,13 @@ class ServerChat(QObject):
         conv = self.conversation()
         tokens, ghosts = records_from_events(events)
         stats = asdict(finish.stats)
+        live = LiveStats()  # the rolling acceptance the stats panel draws, as a chat's live reply records it
+        for event in events:
+            live.apply(event)
         conv.messages.append(Message("user", asked))
         conv.messages.append(Message("assistant", finish.text, tokens=tokens, ghosts=ghosts, stats=stats,
                                      mode=finish.stats.mode, system=system,
+                                     rolling=[[i, round(rate, 4)] for i, rate in live.rolling] or None,
                                      error=None if finish.stats.finish_reason != "cancelled" else
                                      "The client disconnected, or a stop sequence ended the reply here."))
         self.store.save(conv)
