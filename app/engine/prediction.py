@@ -115,7 +115,6 @@ class PredictionAlignment:
         self.broke_at = 0  # reply position of that departure
         self._pending_sub: tuple[tuple[int, ...], tuple[int, ...]] | None = None
         self.origin = 0  # prediction position where the current alignment's agreement starts
-        self.longest = 0  # the longest run so far
         self.departures = 0
         self.resyncs = 0
 
@@ -167,7 +166,6 @@ class PredictionAlignment:
         self.ptr, self.j = s, j
         self.run += 1
         self.followed += 1
-        self.longest = max(self.longest, self.run)
 
     def _resync(self) -> None:
         """Look the reply's last tokens up in the prediction: next to the break spot first, then anywhere."""
@@ -184,7 +182,6 @@ class PredictionAlignment:
                                  tuple(self.reply[self.broke_at : len(self.reply) - after]))
         self.ptr, self.j, self.run, self.followed, self.local = e, 0, match, 0, local
         self.origin = e - match
-        self.longest = max(self.longest, self.run)
         self.resyncs += 1
 
     def _local(self) -> tuple[int, int, bool] | None:
@@ -241,21 +238,7 @@ class PredictionAlignment:
             return ()
         applied: Applied = []
         edits, p = self.edits, self.prediction
-        j = self.j
-        if j:  # inside a substitution: its remaining tokens first
-            sub = edits.sub_at(p, s, len(p))
-            if sub is None:
-                return ()
-            head = sub[1][j:k + j]
-            if len(head) >= k:
-                return head
-            rest, rest_origins = edits.stream(p, s + len(sub[0]), 0, k - len(head), applied)
-            tokens = (*head, *rest)
-            origins: list[int | None] = [None] * len(head)
-            origins += rest_origins
-            applied = [(i + len(head), x) for i, x in applied]
-        else:
-            tokens, origins = edits.stream(p, s, 0, k, applied)
+        tokens, origins = edits.stream(p, s, self.j, k, applied)  # inside a substitution (j > 0): its rest first
         if sure:
             return tokens[: edits.sure_cut(p, origins, applied)]
         return tokens
