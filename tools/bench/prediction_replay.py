@@ -65,12 +65,13 @@ def replay_ms(prompt: Sequence[int], reply: Sequence[int], stopped: bool, costs:
     return finish.stats.decode_ms
 
 
-def record(model: Path, requests_path: Path | None, max_tokens: int, threads: int) -> list[dict[str, Any]]:
+def record(model: Path, requests_path: Path | None, max_tokens: int, threads: int,
+           only: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Each edit request's prompt, plain greedy reply and prediction, as token ids."""
     out: list[dict[str, Any]] = []
     with SpecSession(PairConfig(model, None, n_ctx=4096, n_threads=threads)) as session:
         for request in load_requests(requests_path):
-            if request.prediction is None:
+            if request.prediction is None or (only and request.id not in only):
                 continue
             prompt = session.chat_prompt(request.messages())
             [finish] = [e for e in session.generate(prompt, GenParams("none", max_tokens))
@@ -136,8 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=1024)
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("--json-out", type=Path, default=None)
+    p.add_argument("--only", default="", help="comma-separated request ids (default: every edit request)")
     args = p.parse_args(argv)
-    recorded = record(args.model, args.requests, args.max_tokens, args.threads)
+    only = [i for i in args.only.split(",") if i]
+    recorded = record(args.model, args.requests, args.max_tokens, args.threads, only)
     tables = {name: (costs, False) for name, costs in CPU_TABLES.items()}
     tables["h200-run26"] = (h200_table(), True)
     result = speedups(recorded, tables, args.max_tokens)
