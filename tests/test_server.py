@@ -125,6 +125,40 @@ def test_streaming_chat_gives_the_same_text_with_usage_last(served: Running) -> 
     assert chunks[-1].usage.prompt_tokens_details.cached_tokens >= whole.usage.prompt_tokens - 1
 
 
+def test_a_request_sharing_a_prompt_start_reuses_its_cache(served: Running) -> None:
+    """An editor sends the same long file with another instruction: the file's tokens come from the cache."""
+    client = served.client()
+    system = {"role": "system", "content": "You review this file:\n" + "def f(x):\n    return x * 2\n" * 20}
+    first = client.chat.completions.create(model=MODEL, max_tokens=4, temperature=0,
+                                           messages=[system, {"role": "user", "content": "Is it correct?"}])
+    second = client.chat.completions.create(model=MODEL, max_tokens=4, temperature=0,
+                                            messages=[system, {"role": "user", "content": "Name one flaw."}])
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert first.usage.prompt_tokens > 200 and cached >= first.usage.prompt_tokens - 20, (first.usage, second.usage)
+    assert cached < second.usage.prompt_tokens  # the new instruction was processed
+
+
+def test_no_cors_headers_unless_an_origin_is_allowed(served: Running, smol_path: Path) -> None:
+    def preflight(url: str) -> dict[str, str]:
+        request = urllib.request.Request(url + "/chat/completions", method="OPTIONS", headers={
+            "Origin": "https://example.org", "Access-Control-Request-Method": "POST"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return {k.lower(): v for k, v in response.headers.items()}
+        except urllib.error.HTTPError as error:
+            return {k.lower(): v for k, v in error.headers.items()}
+
+    assert "access-control-allow-origin" not in preflight(served.url)
+    engine = served.engine
+    config = ApiConfig(GenParams(mode="lookup"), SamplingValues(), cors_origins=("https://example.org",))
+    allowed = ServerThread(asgi_app(engine, config), "127.0.0.1", 0).start()
+    try:
+        headers = preflight(f"http://127.0.0.1:{allowed.address.port}/v1")
+        assert headers.get("access-control-allow-origin") == "https://example.org"
+    finally:
+        allowed.stop()
+
+
 def test_completions_streaming_and_not(served: Running) -> None:
     client = served.client()
     kw = {"model": MODEL, "prompt": "The days of the week are Monday, Tuesday,", "max_tokens": 12, "temperature": 0}
