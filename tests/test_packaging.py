@@ -309,6 +309,42 @@ def test_bundle_has_no_hf_xet() -> None:
         assert "'hf_xet" not in pyz.read_text()
 
 
+@pytest.mark.skipif(not BUNDLE.is_dir(), reason="needs the built bundle (packaging/build.sh)")
+def test_the_bundle_serves_the_openai_api(smol_path: Path, tmp_path: Path) -> None:
+    """uvicorn imports its loop and protocol by name, which PyInstaller cannot see (the spec lists them): the frozen
+    app must still answer a chat completion, and leave OpenAI's client out."""
+    import json
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(BUNDLE / "SpecChat"), "serve", "-m", str(smol_path), "--port", str(port), "-c", "512"],
+                            env={**os.environ, "SPECCHAT_HOME": str(tmp_path), "SPECCHAT_API_KEY": ""},
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        body = json.dumps({"model": "specchat", "max_tokens": 4, "temperature": 0,
+                           "messages": [{"role": "user", "content": "Hi"}]}).encode()
+        while True:
+            try:
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body,
+                                                 {"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    reply = json.loads(response.read())
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+                time.sleep(1)
+        assert reply["object"] == "chat.completion" and reply["choices"][0]["message"]["content"]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert not list(BUNDLE.rglob("openai"))
+
+
 def _fake_dist(site: Path, name: str, version: str, metadata: str, files: dict[str, str]) -> list[Path]:
     """An installed distribution in `site`: METADATA, RECORD and its files (relative to site)."""
     info = site / f"{name}-{version}.dist-info"
