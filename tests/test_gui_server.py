@@ -107,3 +107,23 @@ def test_switched_off_the_port_closes(window: Any, qtbot: Any) -> None:
         client.models.list()
     window.set_server_enabled(True)  # back on, on a port of its own
     assert window.local_server.thread is not None
+
+
+def test_the_server_chat_keeps_the_newest_requests(smol_session: Any, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """An editor resends whole files: the Local server chat keeps the newest KEEP_REQUESTS requests, saved."""
+    import ui.chat.server_chat as server_chat
+    from app.engine.events import FinishEvent
+    from app.engine.session import GenParams
+    from app.server.jobs import Job, JobSpec
+
+    monkeypatch.setattr(server_chat, "KEEP_REQUESTS", 2)
+    chat = server_chat.ServerChat(ChatStore(tmp_path))
+    for n in range(3):
+        messages = ({"role": "user", "content": f"Say {n}."},)
+        events = list(smol_session.generate(smol_session.chat_prompt(list(messages)), GenParams("lookup", 4)))
+        [finish] = [e for e in events if isinstance(e, FinishEvent)]
+        conv = chat.record(Job(JobSpec("chat", GenParams(), messages=messages), lambda _item: None), finish, events)
+    assert [m.content for m in conv.messages if m.role == "user"] == ["Say 1.", "Say 2."]
+    [saved] = ChatStore(tmp_path).load_all()
+    assert saved.title == "Local server" and len(saved.messages) == 4

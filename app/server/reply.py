@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from app.engine.events import FinishEvent, GenerationStats, PrefillEvent, TokenEvent
+from app.engine.events import FinishEvent, PrefillEvent, TokenEvent
 from app.server.jobs import Started
 from app.server.stop_scan import StopScan
 
@@ -66,8 +66,8 @@ class ReplyState:
             "prompt_tokens_details": {"cached_tokens": max(0, cached)},
             "completion_tokens_details": {
                 "reasoning_tokens": 0,
-                "accepted_prediction_tokens": _stat(stats, "accepted_prediction_tokens"),
-                "rejected_prediction_tokens": _stat(stats, "rejected_prediction_tokens"),
+                "accepted_prediction_tokens": stats.accepted_prediction_tokens if stats else 0,
+                "rejected_prediction_tokens": stats.rejected_prediction_tokens if stats else 0,
             },
         }
 
@@ -83,9 +83,9 @@ class ReplyState:
             "prefill_ms": s.prefill_ms, "decode_ms": s.decode_ms, "draft_ms": s.draft_ms, "verify_ms": s.verify_ms,
             "queued_ms": self.started.queued_ms if self.started else 0.0,
             "speculation_active": s.speculation_active,
-            "prediction_tokens": _stat(s, "prediction_tokens"),
-            "accepted_prediction_tokens": _stat(s, "accepted_prediction_tokens"),
-            "rejected_prediction_tokens": _stat(s, "rejected_prediction_tokens"),
+            "prediction_tokens": s.prediction_tokens,
+            "accepted_prediction_tokens": s.accepted_prediction_tokens,
+            "rejected_prediction_tokens": s.rejected_prediction_tokens,
             "engine_finish_reason": s.finish_reason,
         }
 
@@ -102,6 +102,3 @@ class ReplyState:
             "draft_n": s.drafted, "draft_n_accepted": s.accepted,
         }
 
-
-def _stat(stats: GenerationStats | None, name: str) -> int:
-    return int(getattr(stats, name, 0)) if stats is not None else 0

@@ -1,4 +1,4 @@
-"""The "Local server" chat: each request the window's server answered, kept with the token overlay.
+"""The "Local server" chat: the requests the window's server answered (the newest 50), kept with the token overlay.
 
 The server's requests are not the user's chats, so they go to one chat of their own (found by its id, kept in the
 store's folder as any chat), a prompt and its reply per request, saved when the reply ends. Opened, it shows the
@@ -16,6 +16,8 @@ from app.engine.events import FinishEvent
 from app.engine.live_stats import LiveStats
 
 TITLE = "Local server"
+# The newest requests kept: an editor sends the whole file with each one, so the chat would grow without bound.
+KEEP_REQUESTS = 50
 
 
 class ServerChat(QObject):
@@ -51,6 +53,7 @@ class ServerChat(QObject):
                                      rolling=[[i, round(rate, 4)] for i, rate in live.rolling] or None,
                                      error=None if finish.stats.finish_reason != "cancelled" else
                                      "The client disconnected, or a stop sequence ended the reply here."))
+        del conv.messages[:-2 * KEEP_REQUESTS]
         self.store.save(conv)
         self.recorded.emit(conv.id)
         return conv
