@@ -162,26 +162,35 @@ def _parse_row(obj: Any, source: str, number: int) -> BenchPrompt:
     return BenchPrompt(str(obj["id"]), pairs[-1][1], kind, tuple(pairs), n_predict)
 
 
-def load_prompts(path: Path | None) -> list[BenchPrompt]:
-    """JSONL rows {"id", "kind"?, "n_predict"?} with either "prompt" or "messages"; errors name the line."""
+def jsonl_rows(path: Path | None, built_in: str, what: str, built_in_name: str) -> tuple[str, list[tuple[int, Any]]]:
+    """(source, [(line number, parsed row)]) of a JSONL file, or of app/data/`built_in` when `path` is None; blank
+    lines skipped. A file that cannot be read or a line that is not JSON: ValueError naming it (`what`: "prompts")."""
     if path is None:
-        text = importlib.resources.files("app").joinpath("data/bench_prompts.jsonl").read_text(encoding="utf-8")
-        source = "the built-in suite"
+        text = importlib.resources.files("app").joinpath(f"data/{built_in}").read_text(encoding="utf-8")
+        source = built_in_name
     else:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
-            raise ValueError(f"Cannot read the prompts file {path}: {exc.strerror}") from exc
+            raise ValueError(f"Cannot read the {what} file {path}: {exc.strerror}") from exc
         source = str(path)
-    prompts: list[BenchPrompt] = []
-    seen: dict[str, int] = {}
+    rows: list[tuple[int, Any]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            rows.append((number, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise _row_error(source, number, f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
+    return source, rows
+
+
+def load_prompts(path: Path | None) -> list[BenchPrompt]:
+    """JSONL rows {"id", "kind"?, "n_predict"?} with either "prompt" or "messages"; errors name the line."""
+    source, rows = jsonl_rows(path, "bench_prompts.jsonl", "prompts", "the built-in suite")
+    prompts: list[BenchPrompt] = []
+    seen: dict[str, int] = {}
+    for number, obj in rows:
         item = _parse_row(obj, source, number)
         if item.id in seen:
             raise _row_error(source, number, f"id {item.id!r} repeats line {seen[item.id]}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.resources
 import json
 import statistics
 import sys
@@ -117,23 +116,14 @@ def edit_message(lang: str, instruction: str, file: str) -> str:
 
 def load_requests(path: Path | None) -> list[ServeRequest]:
     """The JSONL rows, checked; an error names the line."""
-    if path is None:
-        text = importlib.resources.files("app").joinpath("data/bench_serve_requests.jsonl").read_text("utf-8")
-        source = "the built-in requests"
-    else:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"Cannot read the requests file {path}: {exc.strerror}") from exc
-        source = str(path)
+    from app.cli.bench import jsonl_rows
+
+    try:
+        source, rows = jsonl_rows(path, "bench_serve_requests.jsonl", "requests", "the built-in requests")
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
     out: list[ServeRequest] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{source}, line {number}: not valid JSON ({exc.msg})") from exc
+    for number, row in rows:
 
         def need(key: str, row: Any = row, number: int = number) -> str:
             value = row.get(key) if isinstance(row, dict) else None
