@@ -22,7 +22,6 @@ class ReplyState:
         self.started: Started | None = None
         self.prefilled: int | None = None  # prompt tokens the target had to process (the rest came from cache)
         self.tokens = 0  # completion tokens up to the stop sequence
-        self.predicted = 0  # of which accepted from the prediction
         self.finish: FinishEvent | None = None
 
     def feed(self, item: object) -> str:
@@ -34,7 +33,6 @@ class ReplyState:
             if self.scan.stopped_at is not None:
                 return ""
             self.tokens += 1
-            self.predicted += item.predicted
             out = self.scan.feed(item.text)
             if self.scan.stopped_at is not None:
                 self.cancel.set()  # the engine ends at its next step; what it writes until then is dropped

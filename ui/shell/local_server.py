@@ -70,7 +70,6 @@ class WindowBackend:
 class LocalServer(QObject):
     """Starts and stops the server as Settings say; owns its status-bar button."""
 
-    changed = Signal()  # started, stopped, or its traffic counts moved
     requestServed = Signal(object, object, object)  # Job, FinishEvent or None, its events (for the Server chat)
 
     def __init__(self, window: Any) -> None:
@@ -197,7 +196,6 @@ class LocalServer(QObject):
             self.toggle_action.setText("Stop the server")
             self.copy_action.setEnabled(True)
         self.button.setVisible(self.thread is not None or bool(self.error))
-        self.changed.emit()
 
     @Slot()
     def _copy_address(self) -> None:
