@@ -109,20 +109,18 @@ def create_app(backend: Backend, config: ApiConfig) -> FastAPI:
         return await _respond(request, backend, config, spec, body.stops(), body.stream, body.include_usage(),
                               CompletionShape(served.model_id))
 
-    guarded: ASGIApp = Guard(app, config.api_key, config.max_body_bytes)
-    if config.cors_origins:
-        from starlette.middleware.cors import CORSMiddleware
-
-        guarded = CORSMiddleware(guarded, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST"],
-                                 allow_headers=["Authorization", "Content-Type"])
-    app.state.guarded = guarded
     return app
 
 
 def asgi_app(backend: Backend, config: ApiConfig) -> ASGIApp:
     """The app with its guard (auth, body limit) and, when asked for, CORS: what uvicorn serves."""
-    app: ASGIApp = create_app(backend, config).state.guarded
-    return app
+    guarded: ASGIApp = Guard(create_app(backend, config), config.api_key, config.max_body_bytes)
+    if config.cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        guarded = CORSMiddleware(guarded, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST"],
+                                 allow_headers=["Authorization", "Content-Type"])
+    return guarded
 
 
 # --- requests -----------------------------------------------------------------------------------------------------
