@@ -85,20 +85,16 @@ def write_mamba(path: Path, *, n_vocab: int = 64, n_embd: int = 32, n_layer: int
                        ("ssm.inner_size", d_inner), ("ssm.state_size", d_state), ("ssm.time_step_rank", dt_rank)):
         w.add_uint32(f"mamba.{key}", value)
     w.add_float32("mamba.attention.layer_norm_rms_epsilon", 1e-5)
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", "default")
-    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(n_vocab)])
-    w.add_array("tokenizer.ggml.token_type", [1] * n_vocab)
-    w.add_array("tokenizer.ggml.merges", ["t 1"])
-    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
-    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    _toy_tokenizer(w, n_vocab)
 
     def rand(*shape: int, scale: float = 0.2) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
     w.add_tensor("token_embd.weight", rand(n_vocab, n_embd, scale=1.0))
     w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
-    w.add_tensor("output.weight", rand(n_vocab, n_embd, scale=0.5))
+    output = rand(n_vocab, n_embd, scale=0.5)
+    output[2] = 0.0  # the end-of-text token's logit is 0, below the best of the others: replies run to n_predict
+    w.add_tensor("output.weight", output)
     for i in range(n_layer):  # numpy shapes are ggml's reversed (llama.cpp src/models/mamba.cpp)
         b = f"blk.{i}."
         w.add_tensor(b + "attn_norm.weight", np.ones(n_embd, np.float32))
@@ -116,3 +112,68 @@ def write_mamba(path: Path, *, n_vocab: int = 64, n_embd: int = 32, n_layer: int
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_lfm2(path: Path, *, n_vocab: int = 64, n_embd: int = 64, layers: str = "cacac", n_head: int = 4,
+               n_head_kv: int = 2, n_ff: int = 128, l_cache: int = 3, seed: int = 0, noise: float = 0.0,
+               noise_seed: int = 1) -> Path:
+    """A loadable hybrid model (llama.cpp's `lfm2`: short-convolution layers with a recurrent state, "c", between
+    attention layers with a KV cache, "a") with random weights. `noise`: the same weights plus this much of
+    another draw (seeded by `noise_seed`), a draft that agrees with the `noise=0` model often but not always."""
+    rng, other = np.random.default_rng(seed), np.random.default_rng(noise_seed)
+    head_dim = n_embd // n_head
+    w = gguf.GGUFWriter(str(path), "lfm2")
+    for key, value in (("context_length", 1024), ("embedding_length", n_embd), ("block_count", len(layers)),
+                       ("feed_forward_length", n_ff), ("attention.head_count", n_head),
+                       ("shortconv.l_cache", l_cache), ("vocab_size", n_vocab)):
+        w.add_uint32(f"lfm2.{key}", value)
+    w.add_array("lfm2.attention.head_count_kv", [n_head_kv if kind == "a" else 0 for kind in layers])
+    w.add_float32("lfm2.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_float32("lfm2.rope.freq_base", 10000.0)
+    _toy_tokenizer(w, n_vocab)
+
+    def rand(*shape: int, scale: float = 0.2) -> np.ndarray:
+        value = rng.standard_normal(shape) * scale
+        if noise:
+            value = value + other.standard_normal(shape) * scale * noise
+        return value.astype(np.float32)
+
+    w.add_tensor("token_embd.weight", rand(n_vocab, n_embd, scale=1.0))
+    w.add_tensor("token_embd_norm.weight", np.ones(n_embd, np.float32))
+    output = rand(n_vocab, n_embd, scale=0.5)
+    output[2] = 0.0  # the end-of-text token's logit is 0, below the best of the others: replies run to n_predict
+    w.add_tensor("output.weight", output)
+    for i, kind in enumerate(layers):  # numpy shapes are ggml's reversed (llama.cpp src/models/lfm2.cpp)
+        b = f"blk.{i}."
+        w.add_tensor(b + "attn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(b + "ffn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(b + "ffn_gate.weight", rand(n_ff, n_embd))
+        w.add_tensor(b + "ffn_up.weight", rand(n_ff, n_embd))
+        w.add_tensor(b + "ffn_down.weight", rand(n_embd, n_ff))
+        if kind == "a":
+            w.add_tensor(b + "attn_q_norm.weight", np.ones(head_dim, np.float32))
+            w.add_tensor(b + "attn_k_norm.weight", np.ones(head_dim, np.float32))
+            w.add_tensor(b + "attn_q.weight", rand(n_embd, n_embd))
+            w.add_tensor(b + "attn_k.weight", rand(n_head_kv * head_dim, n_embd))
+            w.add_tensor(b + "attn_v.weight", rand(n_head_kv * head_dim, n_embd))
+            w.add_tensor(b + "attn_output.weight", rand(n_embd, n_embd))
+        else:
+            w.add_tensor(b + "shortconv.conv.weight", rand(n_embd, l_cache, scale=0.5))
+            w.add_tensor(b + "shortconv.in_proj.weight", rand(3 * n_embd, n_embd))
+            w.add_tensor(b + "shortconv.out_proj.weight", rand(n_embd, n_embd))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _toy_tokenizer(w: gguf.GGUFWriter, n_vocab: int) -> None:
+    """Tokens t0..t{n-1} (a gpt2-style vocabulary with one merge): the tests speak in token ids."""
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "default")
+    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(n_vocab)])
+    w.add_array("tokenizer.ggml.token_type", [1] * n_vocab)
+    w.add_array("tokenizer.ggml.merges", ["t 1"])
+    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 2)

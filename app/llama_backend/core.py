@@ -196,6 +196,11 @@ class ContextConfig:
     # exact; False keeps only the window plus a batch (less memory), and a far cut back is then refused
     # (LlamaContext._window_kept) and the prompt processed again.
     swa_full: bool = True
+    # Recurrent and hybrid models (Mamba, LFM2, Qwen3.5 ...): llama.cpp keeps the recurrent state after each of a
+    # decode's last n_rs_seq tokens, so a rollback of up to that many tokens is a pointer move (its n_rs_seq;
+    # architectures without these snapshots get 0). Each one is another copy of the recurrent state; a longer cut,
+    # or one on an architecture without snapshots, restores a checkpoint and replays (LlamaContext.truncate).
+    n_rs_seq: int = 16
 
 
 _GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
@@ -260,6 +265,10 @@ class LlamaModel:
         self.n_swa = int(llama_cpp.llama_model_n_swa(self.handle))  # attention window; 0: full attention
         self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self._model))
         self.n_layer = int(llama_cpp.llama_model_n_layer(self._model))
+        # A recurrent state (Mamba, RWKV) or one beside a KV cache (hybrid: LFM2, Qwen3.5, Granite 4 H ...): no
+        # entry per position, so a cut back needs LlamaContext's snapshots, checkpoints or a replay.
+        self.hybrid = bool(llama_cpp.llama_model_is_hybrid(self._model))
+        self.recurrent = self.hybrid or bool(llama_cpp.llama_model_is_recurrent(self._model))
         self.bos = int(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos = int(llama_cpp.llama_vocab_eos(self._vocab))
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
@@ -395,6 +404,7 @@ class LlamaContext:
             setattr(params, name, _GGML_TYPES[value])
         params.no_perf = True
         params.swa_full = config.swa_full
+        params.n_rs_seq = config.n_rs_seq if model.recurrent else 0
         self._ctx = llama_cpp.llama_init_from_model(model.handle, params)
         if not self._ctx:
             raise LlamaError(
@@ -409,6 +419,13 @@ class LlamaContext:
         # (n, a copy of the logits that followed tokens[:n]), kept by keep_last_logits until the cache is cut below n
         self._kept: tuple[int, np.ndarray] | None = None
         self.native_ms = 0.0  # time spent inside llama_decode, to tell engine overhead from model time
+        # Recurrent state: the snapshots llama.cpp actually keeps (0 where the architecture has none), how many
+        # tokens back the last decode's snapshots reach (0 once one was used: a rollback is single-use), the
+        # checkpoint a longer cut restores, and how each cut was served ("snapshot", "checkpoint", "reprocess").
+        self.n_rs_seq = int(llama_cpp.llama_n_rs_seq(self._ctx)) if model.recurrent else 0
+        self._reach = 0
+        self._checkpoint: _Checkpoint | None = None
+        self.cuts: dict[str, int] = {"snapshot": 0, "checkpoint": 0, "reprocess": 0}
 
     def decode(self, tokens: Sequence[int], logits_for: str = "last") -> None:
         """Append `tokens` at position n_past. `logits_for`: "last", "all" (one chunk only) or "none".
@@ -437,6 +454,10 @@ class LlamaContext:
     def _batches(self, tokens: Sequence[int], logits_for: str) -> Iterator[int]:
         n = len(tokens)
         start = 0
+        if self.model.recurrent and n > self.n_rs_seq + 1:
+            # A verify longer than the snapshots reach (or any, without them): its rollback will need the state
+            # from before it.
+            self.checkpoint()
         while start < n:
             chunk = tokens[start : start + self.n_batch]
             last_chunk = start + len(chunk) >= n
@@ -455,10 +476,14 @@ class LlamaContext:
             llama_cpp.llama_synchronize(self._ctx)
             self.native_ms += (time.perf_counter() - t0) * 1000.0
             if rc != 0:
-                # Leave the cache as it was before this chunk: the caller's view stays consistent.
-                llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
+                # Leave the cache as it was before this chunk: the caller's view stays consistent (a recurrent
+                # state cannot be cut, so there it is emptied).
+                if self.model.recurrent or not llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1):
+                    self.clear()
                 raise LlamaError(f"llama_decode failed with code {rc} on {self.model.path.name} (KV cache full?)")
             self.tokens.extend(chunk)
+            # Snapshots exist for the chunk's last min(len, n_rs_seq + 1) tokens: a cut may drop all but one.
+            self._reach = min(len(chunk) - 1, self.n_rs_seq)
             start += len(chunk)
             yield start
 
@@ -481,20 +506,69 @@ class LlamaContext:
     def truncate(self, n_keep: int) -> None:
         """Drop every cached position >= n_keep (the rollback after a rejected draft).
 
-        Recurrent and hybrid models (Mamba, Qwen3-Next, Granite 4 H ...) keep a state, not one entry per
-        position, and llama.cpp refuses to cut it part-way; the cache and `tokens` must never disagree,
-        so then the cache is emptied and `PartialRemovalError` says why (the caller re-processes or stops).
+        Recurrent and hybrid models (Mamba, LFM2, Qwen3.5, Granite 4 H ...) keep a state, not one entry per
+        position: `_cut_state` rolls it back exactly. Where llama.cpp still refuses a cut (a sliding window
+        already overwritten), the cache and `tokens` must never disagree, so the cache is emptied and
+        `PartialRemovalError` says why (the caller re-processes).
         """
         if n_keep < self.n_past:
             if not self._window_kept(n_keep):
                 self.clear()
                 raise PartialRemovalError(self.model.path.name, n_keep, sliding=True)
-            if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+            if self.model.recurrent:
+                self._cut_state(n_keep)
+            elif not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
                 self.clear()
                 raise PartialRemovalError(self.model.path.name, n_keep)
             del self.tokens[n_keep:]
         if self._kept is not None and n_keep < self._kept[0]:
             self._kept = None
+
+    def _cut_state(self, n_keep: int) -> None:
+        """Cut a recurrent or hybrid model's cache back to n_keep, exactly, by the cheapest way that works:
+        llama.cpp's snapshot of the state after token n_keep - 1 (a rollback within the last decode, once), else
+        the checkpoint at or before n_keep and a replay of the tokens after it, else all of them again. The
+        snapshot path is checked here, not by llama.cpp: it would roll back past the last decode's tokens to a
+        stale snapshot without a word."""
+        back = self.n_past - n_keep
+        if 0 < back <= self._reach and llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+            self._reach = 0  # single-use: the next cut before a decode takes another way
+            self.cuts["snapshot"] += 1
+            if self._checkpoint is not None and self._checkpoint.n_past > n_keep:
+                self._checkpoint = None
+            return
+        replay = self.tokens[:n_keep]
+        ckpt = self._checkpoint
+        if ckpt is not None and ckpt.n_past <= n_keep:
+            read = int(llama_cpp.llama_state_seq_set_data_ext(self._ctx, ckpt.state, len(ckpt.state), 0,
+                                                               STATE_PARTIAL))
+            # The state is back at the checkpoint; a hybrid's attention cache still holds every position: cut it.
+            if read == len(ckpt.state) and llama_cpp.llama_memory_seq_rm(self._mem, 0, ckpt.n_past, -1):
+                del self.tokens[ckpt.n_past:]
+                self.cuts["checkpoint"] += 1
+                self._replay(replay[ckpt.n_past:])
+                return
+        self.clear()
+        self.cuts["reprocess"] += 1
+        self._replay(replay)
+
+    def _replay(self, tokens: Sequence[int]) -> None:
+        """Decode tokens the cache held before a cut (their logits are not needed), and keep a checkpoint after
+        them: the next cut is most likely back to about here."""
+        for _ in self._batches(tokens, "none"):
+            pass
+        self._reach = 0
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Copy a recurrent or hybrid model's state (its recurrent part: the attention cache is cut, not copied)
+        at n_past, for a later cut that the snapshots cannot serve. One is kept; this replaces it."""
+        if not self.model.recurrent or (self._checkpoint is not None and self._checkpoint.n_past == self.n_past):
+            return
+        size = int(llama_cpp.llama_state_seq_get_size_ext(self._ctx, 0, STATE_PARTIAL))
+        state = (ctypes.c_uint8 * size)()
+        written = int(llama_cpp.llama_state_seq_get_data_ext(self._ctx, state, size, 0, STATE_PARTIAL))
+        self._checkpoint = _Checkpoint(self.n_past, state) if written == size else None
 
     def _window_kept(self, n_keep: int) -> bool:
         """Whether the cache still holds every position the token after a cut to `n_keep` attends to. A
@@ -511,6 +585,8 @@ class LlamaContext:
         llama_cpp.llama_memory_clear(self._mem, True)
         self.tokens.clear()
         self._kept = None
+        self._reach = 0
+        self._checkpoint = None
 
     def snapshot_bytes(self) -> int:
         """What `snapshot` would copy of llama.cpp's state, without copying it."""
@@ -534,6 +610,7 @@ class LlamaContext:
             raise LlamaError(f"llama.cpp could not restore a cache snapshot of {self.model.path.name}")
         self.tokens.extend(snapshot.tokens)
         self._kept = snapshot.kept
+        self._reach = 0
 
     @property
     def max_rows(self) -> int:
@@ -558,6 +635,8 @@ class LlamaContext:
             self.truncate(common)
         except PartialRemovalError:
             return 0  # the cache was emptied: the caller processes all of `tokens`, which is exact
+        # The tokens the caller's next cut is likely to go back to (a draft model's context, re-synced each step).
+        self.checkpoint()
         return common
 
     def close(self) -> None:
@@ -567,6 +646,16 @@ class LlamaContext:
             self._ctx = None
 
 
+# llama_state_seq_*_ext: the partial state only (a recurrent state, not the attention cache).
+STATE_PARTIAL = 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Checkpoint:
+    n_past: int
+    state: ctypes.Array[ctypes.c_uint8] = field(repr=False)
+
+
 class PartialRemovalError(LlamaError):
     def __init__(self, model: str, n_keep: int, sliding: bool = False) -> None:
         if sliding:
@@ -574,10 +663,9 @@ class PartialRemovalError(LlamaError):
                    "sliding-window model overwrites older positions), so it cannot be cut back there. The cache "
                    "was emptied and the prompt is processed again, which is exact.")
         else:
-            why = (f"{model}: llama.cpp cannot cut this model's cache back to {n_keep} tokens (a recurrent or "
-                   "hybrid model keeps one state, not one entry per token), so a rejected draft cannot be rolled "
-                   "back. The cache was emptied rather than left out of step with the reply. Use --mode none with "
-                   "this model until SpecChat rolls such models back by state snapshots.")
+            why = (f"{model}: llama.cpp refused to cut this model's cache back to {n_keep} tokens. The cache was "
+                   "emptied rather than left out of step with the reply, and the prompt is processed again, which "
+                   "is exact.")
         super().__init__(why)
         self.n_keep = n_keep
 

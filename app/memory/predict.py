@@ -35,6 +35,7 @@ from typing import Literal
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.memory.shape import PredictionError, Shape, ShapeTensor
+from app.models.cache_kind import StateLayout, state_layout
 from app.models.gguf_meta import GGUFInfo, TensorInfo
 
 MiB = 1024 * 1024
@@ -241,11 +242,22 @@ def predict_model(
     k_row = kv_row_bytes(settings.type_k, shape.n_embd_k_gqa)
     v_row = kv_row_bytes(settings.type_v, shape.n_embd_v_gqa)
     kv_per_layer = (k_row + v_row) * n_ctx  # n_ctx cells in all, however many sequences share them
+    # Recurrent and hybrid models: a KV cache in the attention layers only, and a recurrent state (with its
+    # rollback snapshots) in the others, per sequence; counted with the cache, on the layer's device.
+    layout = state_layout(info)
+    if len(layout.attention) != len(place.layer_device):
+        layout = StateLayout((True,) * len(place.layer_device), (False,) * len(place.layer_device), 0, 0)
+    state_per_layer = layout.state_floats * 4 * (1 + layout.snapshots) * max(settings.n_seq_max, 1)
     kv: dict[str, int] = {}
-    for dev in place.layer_device:
+    state: dict[str, int] = {}
+    for il, dev in enumerate(place.layer_device):
         dev = dev if settings.offload_kqv else "CPU"
-        kv[dev] = kv.get(dev, 0) + kv_per_layer
+        if layout.attention[il]:
+            kv[dev] = kv.get(dev, 0) + kv_per_layer
+        if layout.recurrent[il]:
+            state[dev] = state.get(dev, 0) + state_per_layer
     buffers += [Buffer("kv", d, b, f"{d} KV") for d, b in kv.items()]
+    buffers += [Buffer("kv", d, b, f"{d} recurrent state") for d, b in state.items()]
 
     n_out = max(settings.n_outputs, settings.n_seq_max, 1)
     buffers.append(Buffer("output", "CPU", n_out * shape.n_vocab * 4, "output (logits)"))

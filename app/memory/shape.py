@@ -46,17 +46,21 @@ class Shape:
     def _build(cls, info: GGUFInfo) -> Shape:
         where = f"{info.path}"
         n_layer, n_embd, n_head, n_head_kv = info.n_layer, info.n_embd, info.n_head, info.n_head_kv
-        if n_head <= 0:
+        # A recurrent model without attention (Mamba, RWKV): a state per sequence, no KV cache to size.
+        attention_free = n_head <= 0 and f"{info.architecture}.ssm.state_size" in info.metadata
+        if attention_free:
+            n_head = n_head_kv = 0
+        elif n_head <= 0:
             raise PredictionError(
                 f"{where}: metadata gives {n_head} attention heads; the KV cache and the "
                 "attention buffers cannot be sized; the file is not a usable chat model"
             )
-        if not 0 < n_head_kv <= n_head:
+        if not attention_free and not 0 < n_head_kv <= n_head:
             raise PredictionError(
                 f"{where}: {n_head_kv} KV heads for {n_head} attention heads is impossible; "
                 "the file's metadata is corrupt"
             )
-        if info.head_dim_k <= 0 or info.head_dim_v <= 0:
+        if not attention_free and (info.head_dim_k <= 0 or info.head_dim_v <= 0):
             raise PredictionError(
                 f"{where}: head size {info.head_dim_k}/{info.head_dim_v} is not positive; "
                 "the file's metadata is corrupt"

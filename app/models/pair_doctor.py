@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from app.models.cache_kind import cache_kind
 from app.models.gguf_meta import GGUFError, GGUFInfo, read_gguf, read_token_bytes
 
 Severity = Literal["blocks", "warns", "informs"]
@@ -199,6 +200,10 @@ def _extras(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
                 "families rarely predict each other well",
             )
         )
+    for role, info in (("target", t), ("draft", d)):
+        kind = cache_kind(info)
+        if kind.kind != "attention":  # the usual case goes without saying
+            out.append(Finding("informs", f"cache-{role}", f"The {role} is {kind.describe(role)}"))
     out.extend(_template_findings(t.chat_template, d.chat_template))
     if d.context_length < t.context_length:
         out.append(

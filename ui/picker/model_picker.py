@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from app import paths
 from app.memory import BuildSpec, DeviceBudget, budgets
+from app.models.cache_kind import cache_kind
 from app.models.catalog import PAIRS, CatalogPair
 from app.models.gguf_meta import GGUFInfo
 from app.models.hub import hub_cache_dir
@@ -321,8 +322,13 @@ class ModelPickerDialog(QDialog):
         if not isinstance(target, Path):
             self.findings.setText("Pick a target: the drafts below are then sorted by how well they fit it.")
         elif draft == LOOKUP or draft is None:
+            info = self._info(target)
+            kind = cache_kind(info) if info is not None else None
+            cache = (f'<br><span style="color:{_SEVERITY["informs"][0]}"><b>Note:</b> the target is '
+                     f"{kind.describe()}.</span>") if kind is not None and kind.kind != "attention" else ""
             self.findings.setText("<b>Prompt lookup</b>: drafts are copied from n-grams already in the conversation; "
-                                  "no second model, nearly free, best on edits and repetitive text.")  # fmt: skip
+                                  "no second model, nearly free, best on edits and repetitive text."
+                                  + cache)  # fmt: skip
         else:
             self.findings.setText(self._findings_html(self._report(str(target), str(draft))))
 
