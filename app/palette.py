@@ -14,6 +14,7 @@ FATE_COLOURS: dict[TokenFate, str] = {
     TokenFate.BONUS: "#009E73",  # bluish green: free extra token after a fully accepted draft
     TokenFate.TARGET: "#7F7F7F",  # neutral: plain decoding, nothing to verify
     TokenFate.PREDICTED: "#CC79A7",  # reddish purple: accepted from the request's predicted output
+    TokenFate.MTP: "#56B4E9",  # sky blue: accepted from the target's own MTP head (lighter than a draft's blue)
 }
 GHOST_COLOUR = "#999999"  # rejected draft tokens, struck through
 
@@ -23,6 +24,7 @@ FATE_LABELS: dict[TokenFate, str] = {
     TokenFate.BONUS: "bonus token",
     TokenFate.TARGET: "plain target token",
     TokenFate.PREDICTED: "accepted from the prediction",
+    TokenFate.MTP: "accepted from the MTP head",
 }
 
 

@@ -177,3 +177,97 @@ def _toy_tokenizer(w: gguf.GGUFWriter, n_vocab: int) -> None:
     w.add_array("tokenizer.ggml.merges", ["t 1"])
     w.add_uint32("tokenizer.ggml.bos_token_id", 1)
     w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+
+
+
+def write_qwen35(path: Path, *, n_vocab: int = 16, n_embd: int = 64, n_layer: int = 4, full_attention_interval: int = 4,
+                 nextn: bool = True, n_head: int = 4, n_head_kv: int = 2, head_dim: int = 16, n_rot: int = 8,
+                 n_ff: int = 128, d_conv: int = 4, d_state: int = 16, n_group: int = 2, dt_rank: int = 4,
+                 mtp_agree: float = 0.0, text_tokens: bool = False, seed: int = 0) -> Path:
+    """A loadable Qwen3.5-style hybrid (llama.cpp's `qwen35`: gated-delta-net linear-attention layers with a recurrent
+    state, every `full_attention_interval`-th layer gated full attention with a KV cache) with random weights.
+    `n_layer` counts the trunk; `nextn` appends one MTP (NextN) block as the last layer (`block_count` = n_layer + 1,
+    `nextn_predict_layers` = 1), which llama.cpp loads only with the model parameter `load_mtp`.
+    `mtp_agree` (0..1): 0 draws the MTP block at random (llama.cpp accepts ~2% of its drafts); above 0 the trunk
+    blocks' output projections shrink by (1 - mtp_agree), so the next token depends mostly on the current one, and
+    the MTP block passes its token's embedding straight to the shared head, predicting that bigram one step ahead:
+    at 1 the trunk is a pure bigram and every draft is accepted (seed 0, 4 drafted: 0.99 ~93%, 0.95 ~64%, 0.9 ~1%).
+    `text_tokens`: mark the tokens user-defined, so llama.cpp's text tokenizer finds "t3" in a prompt (the toy
+    vocabulary's gpt2 pre-tokenizer splits "t" from "3", so plain text yields no tokens): for the native tools,
+    which take text prompts."""
+    rng = np.random.default_rng(seed)
+    n_all = n_layer + (1 if nextn else 0)
+    key_dim, value_dim = d_state * n_group, d_state * dt_rank  # head_k_dim = head_v_dim = d_state
+    trunk_out = 0.2 * (1.0 - mtp_agree)
+    w = gguf.GGUFWriter(str(path), "qwen35")
+    for key, value in (("context_length", 1024), ("embedding_length", n_embd), ("block_count", n_all),
+                       ("feed_forward_length", n_ff), ("attention.head_count", n_head),
+                       ("attention.head_count_kv", n_head_kv), ("attention.key_length", head_dim),
+                       ("attention.value_length", head_dim), ("rope.dimension_count", n_rot),
+                       ("full_attention_interval", full_attention_interval), ("ssm.conv_kernel", d_conv),
+                       ("ssm.inner_size", value_dim), ("ssm.state_size", d_state), ("ssm.time_step_rank", dt_rank),
+                       ("ssm.group_count", n_group), ("vocab_size", n_vocab)):
+        w.add_uint32(f"qwen35.{key}", value)
+    if nextn:
+        w.add_uint32("qwen35.nextn_predict_layers", 1)
+    third = n_rot // 6  # interleaved M-RoPE sections (text uses one position for all): they sum to n_rot / 2
+    w.add_array("qwen35.rope.dimension_sections", [n_rot // 2 - 2 * third, third, third, 0])
+    w.add_float32("qwen35.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_float32("qwen35.rope.freq_base", 10000000.0)
+    _toy_tokenizer(w, n_vocab)
+    if text_tokens:
+        w.kv_data[0].pop("tokenizer.ggml.token_type")
+        w.add_array("tokenizer.ggml.token_type", [int(gguf.TokenType.USER_DEFINED)] * n_vocab)
+
+    def rand(*shape: int, scale: float = 0.2) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, np.float32)
+
+    def attention_and_ffn(b: str, full: bool, out: float) -> None:  # `out` scales what the block adds back
+        w.add_tensor(b + "attn_norm.weight", ones(n_embd))
+        w.add_tensor(b + "post_attention_norm.weight", ones(n_embd))
+        if full:  # the q projection carries a sigmoid output gate: 2 * head_dim per head
+            w.add_tensor(b + "attn_q.weight", rand(2 * n_head * head_dim, n_embd))
+            w.add_tensor(b + "attn_k.weight", rand(n_head_kv * head_dim, n_embd))
+            w.add_tensor(b + "attn_v.weight", rand(n_head_kv * head_dim, n_embd))
+            w.add_tensor(b + "attn_output.weight", rand(n_embd, n_head * head_dim, scale=out))
+            w.add_tensor(b + "attn_q_norm.weight", ones(head_dim))
+            w.add_tensor(b + "attn_k_norm.weight", ones(head_dim))
+        else:  # gated delta net: conv over [q k v], per-v-head decay (ssm_a, ssm_dt, ssm_alpha) and beta
+            w.add_tensor(b + "attn_qkv.weight", rand(2 * key_dim + value_dim, n_embd))
+            w.add_tensor(b + "attn_gate.weight", rand(value_dim, n_embd))
+            w.add_tensor(b + "ssm_conv1d.weight", rand(2 * key_dim + value_dim, d_conv, scale=0.5))
+            w.add_tensor(b + "ssm_dt.bias", rand(dt_rank))
+            w.add_tensor(b + "ssm_a", -np.exp(rand(dt_rank)))
+            w.add_tensor(b + "ssm_beta.weight", rand(dt_rank, n_embd))
+            w.add_tensor(b + "ssm_alpha.weight", rand(dt_rank, n_embd))
+            w.add_tensor(b + "ssm_norm.weight", ones(d_state))
+            w.add_tensor(b + "ssm_out.weight", rand(n_embd, value_dim, scale=out))
+        w.add_tensor(b + "ffn_gate.weight", rand(n_ff, n_embd))
+        w.add_tensor(b + "ffn_up.weight", rand(n_ff, n_embd))
+        w.add_tensor(b + "ffn_down.weight", rand(n_embd, n_ff, scale=out))
+
+    w.add_tensor("token_embd.weight", rand(n_vocab, n_embd, scale=1.0))
+    w.add_tensor("output_norm.weight", ones(n_embd))
+    output = rand(n_vocab, n_embd, scale=0.5)
+    output[2] = 0.0  # the end-of-text token's logit is 0, below the best of the others: replies run to n_predict
+    w.add_tensor("output.weight", output)
+    for i in range(n_layer):  # numpy shapes are ggml's reversed (llama.cpp src/models/qwen35.cpp)
+        attention_and_ffn(f"blk.{i}.", (i + 1) % full_attention_interval == 0, trunk_out)
+    if nextn:  # MTP: a full-attention block over eh_proj([enorm(embed(next token)); hnorm(trunk hidden)])
+        b = f"blk.{n_layer}."
+        attention_and_ffn(b, True, 0.2 if mtp_agree == 0 else 0.0)
+        eh_proj = rand(n_embd, 2 * n_embd, scale=0.1)
+        if mtp_agree:
+            eh_proj = np.concatenate([np.eye(n_embd), np.zeros((n_embd, n_embd))], axis=1).astype(np.float32)
+        w.add_tensor(b + "nextn.eh_proj.weight", eh_proj)
+        w.add_tensor(b + "nextn.enorm.weight", ones(n_embd))
+        w.add_tensor(b + "nextn.hnorm.weight", ones(n_embd))
+        w.add_tensor(b + "nextn.shared_head_norm.weight", ones(n_embd))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

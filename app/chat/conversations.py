@@ -29,7 +29,16 @@ from typing import IO, TYPE_CHECKING, Any
 
 from app import paths
 from app.atomic import atomic_write_text
-from app.engine.events import Event, FinishEvent, GenerationStats, GovernorEvent, StepEvent, TokenEvent, TokenFate
+from app.engine.events import (
+    Event,
+    FinishEvent,
+    GenerationStats,
+    GovernorEvent,
+    StepEvent,
+    TokenEvent,
+    TokenFate,
+    shown_fate,
+)
 
 if TYPE_CHECKING:
     from app.engine.sampling import SamplingParams  # not at run time: it brings numpy to `specchat chats`
@@ -43,6 +52,7 @@ FATE_CODES: dict[TokenFate, str] = {
     TokenFate.BONUS: "b",
     TokenFate.TARGET: "t",
     TokenFate.PREDICTED: "p",
+    TokenFate.MTP: "m",
 }
 CODE_FATES: dict[str, TokenFate] = {code: fate for fate, code in FATE_CODES.items()}
 # A chat's own sampling preset: app.settings.SAMPLING_PRESETS (not imported: settings bring the engine).
@@ -226,11 +236,6 @@ def title_from(text: str, limit: int = 48) -> str:
 def sampling_record(preset: str, params: SamplingParams) -> dict[str, Any]:
     """What a reply stores of its sampling: the preset it came from and the values the engine used."""
     return {"preset": preset, **asdict(params)}
-
-
-def shown_fate(event: TokenEvent) -> TokenFate:
-    """The fate a token is shown with: accepted tokens drafted from a request's prediction have their own."""
-    return TokenFate.PREDICTED if event.predicted else event.fate
 
 
 def token_record(event: TokenEvent) -> TokenRecord:

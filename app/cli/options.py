@@ -59,7 +59,7 @@ def add_generation_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--mode", choices=CHOICES, help="drafting mode: auto (hybrid on a GPU build with a draft "
                    "model, else lookup), draft (the draft model), lookup (n-grams "
                    "from the context), hybrid (n-gram copies where the context has them, else the draft model), "
-                   "none (plain); default: auto")
+                   "mtp (the target's own MTP head, for models that have one), none (plain); default: auto")
     g.add_argument("-n", "--n-predict", type=int, default=None, help="tokens to generate")
     g.add_argument("--draft-max", type=int, default=None, help="most tokens drafted per step (K)")
     g.add_argument("--draft-min", type=int, default=None, help="fewest tokens drafted before --draft-p-min may cut")

@@ -5,7 +5,16 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from app.engine.events import Event, FinishEvent, GenerationStats, GovernorEvent, StepEvent, TokenEvent, TokenFate
+from app.engine.events import (
+    Event,
+    FinishEvent,
+    GenerationStats,
+    GovernorEvent,
+    StepEvent,
+    TokenEvent,
+    TokenFate,
+    shown_fate,
+)
 from app.palette import FATE_COLOURS, FATE_LABELS, GHOST_COLOUR, hex_to_rgb
 
 RESET = "\x1b[0m"
@@ -34,7 +43,7 @@ class TerminalRenderer:
                 self.out.write(f"{_fg(GHOST_COLOUR)}\x1b[9m{ghost}{RESET}" if self.colour else f"[-{ghost}-]")
                 self._pending_ghost = ""
             if self.colour and event.fate is not TokenFate.TARGET:
-                fate = TokenFate.PREDICTED if event.predicted else event.fate
+                fate = shown_fate(event)
                 self.out.write(f"{_fg(FATE_COLOURS[fate])}{event.text}{RESET}")
             else:
                 self.out.write(event.text)

@@ -1,4 +1,4 @@
-"""The proposers of the four modes (the interface: app/engine/proposal.py).
+"""The proposers of the modes (the interface: app/engine/proposal.py; `mtp`: app/engine/mtp_drafter.py).
 
 - `draft`: a second, smaller GGUF with its own KV cache, kept in step with the reply and reused
   (never re-prefilled): only the tokens it has not seen yet are decoded before each draft.
@@ -22,8 +22,9 @@ from app.engine.proposal import NO_PROPOSAL, Proposal, ProposerBase
 from app.engine.sampling import Dist, SampleNoise, SamplingParams, distribution, point_mass, top_prob
 from app.llama_backend import LlamaContext
 
-MODES = ("draft", "lookup", "hybrid", "none")
+MODES = ("draft", "lookup", "hybrid", "mtp", "none")
 NEEDS_DRAFT = ("draft", "hybrid")
+NEEDS_MTP = ("mtp",)  # a target with MTP (NextN) layers (app/engine/mtp_drafter.py)
 # "auto" (the default) picks by what pays on this build: with a GPU a verify pass of a few rows costs
 # about one token, so the draft model pays and hybrid adds free n-gram copies; on the CPU the draft
 # model costs about half a target step (docs/BENCHMARKS.md), so prompt lookup, which costs nothing, is

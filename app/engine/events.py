@@ -18,6 +18,8 @@ class TokenFate(StrEnum):
     # For display only: an ACCEPTED token whose draft came from a request's predicted output (TokenEvent.predicted,
     # app/engine/prediction.py). The engine's own events keep ACCEPTED with the flag; records and colours use this.
     PREDICTED = "predicted"
+    # For display only, the same way: an ACCEPTED token drafted by the target's own MTP head (TokenEvent.head).
+    MTP = "mtp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,14 @@ class TokenEvent:
     # An accepted token (fate ACCEPTED) that was drafted from the request's predicted output
     # (app/engine/prediction.py): one of GenerationStats.accepted_prediction_tokens.
     predicted: bool = False
+    # An accepted token drafted by the target's own MTP head (mode mtp, app/engine/mtp_drafter.py).
+    head: bool = False
+
+
+def shown_fate(event: TokenEvent) -> TokenFate:
+    """The fate a token is shown with: accepted tokens drafted from a request's prediction, or by the target's
+    MTP head, have their own."""
+    return TokenFate.PREDICTED if event.predicted else TokenFate.MTP if event.head else event.fate
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ class Proposal:
     # Copied from a request's predicted output (app/engine/prediction.py): what the stats count as accepted and
     # rejected prediction tokens.
     predicted: bool = False
+    head: bool = False  # drafted by the target's own MTP head (shown in its own colour)
 
     @property
     def rows(self) -> int:

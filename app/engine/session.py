@@ -18,6 +18,7 @@ from app.engine.drafters import (
     CHOICES,
     MODES,
     NEEDS_DRAFT,
+    NEEDS_MTP,
     HybridDrafter,
     LookupDrafter,
     ModelDrafter,
@@ -26,6 +27,7 @@ from app.engine.drafters import (
 )
 from app.engine.events import Event, FinishEvent
 from app.engine.memory_plan import check_fits, placing_for, predict_for_config
+from app.engine.mtp_drafter import MtpDrafter
 from app.engine.pair_config import PairConfig
 from app.engine.prediction import PredictionProposer
 from app.engine.prompt_cache import PromptCache
@@ -42,7 +44,9 @@ from app.llama_backend import (
     rpc,
     supports_gpu_offload,
 )
+from app.llama_backend.mtp import MtpContext
 from app.models import chat_template
+from app.models.gguf_meta import GGUFError, nextn_layers, read_gguf
 from app.models.pair_doctor import check_pair
 
 
@@ -76,12 +80,15 @@ class SpecSession:
             self.prediction = check_fits(config, placing=self.placing)  # both models counted, before loading
         report = progress or (lambda _label, _fraction: None)
         self.target_model = LlamaModel(ModelConfig(config.target, config.n_gpu_layers, repack=config.repack,
-                                                   devices=self.placing.target_devices),
+                                                   devices=self.placing.target_devices,
+                                                   load_mtp=has_mtp_layers(config.target)),
                                        progress=lambda f: report("target", f) is not False)
         ctx_cfg = ContextConfig(n_ctx=config.n_ctx, n_batch=config.n_batch, n_ubatch=config.n_batch,
                                 n_threads=config.n_threads, flash_attn=config.flash_attn,
                                 type_k=config.type_k, type_v=config.type_v)
         self.target_ctx = LlamaContext(self.target_model, ctx_cfg)
+        self._ctx_cfg = ctx_cfg
+        self.mtp_head: MtpContext | None = None  # made at the first `mtp` reply
         self.draft_model: LlamaModel | None = None
         self.draft_ctx: LlamaContext | None = None
         if config.draft is not None:
@@ -101,7 +108,8 @@ class SpecSession:
 
     @property
     def available_modes(self) -> tuple[str, ...]:
-        return MODES if self.draft_ctx is not None else tuple(m for m in MODES if m not in NEEDS_DRAFT)
+        return tuple(m for m in MODES if (self.draft_ctx is not None or m not in NEEDS_DRAFT)
+                     and (self.target_model.config.load_mtp or m not in NEEDS_MTP))
 
     @property
     def auto_mode(self) -> str:
@@ -126,6 +134,9 @@ class SpecSession:
             mode = self.auto_mode
         if mode in NEEDS_DRAFT and self.draft_ctx is None:
             raise LlamaError(f"Mode {mode!r} needs a draft model (-md). Use --mode lookup to speculate without one.")
+        if mode in NEEDS_MTP and not self.target_model.config.load_mtp:
+            raise LlamaError(f"Mode {mode!r} needs a target with MTP (NextN) layers; "
+                             f"{self.target_model.path.name} has none. Use --mode lookup or a draft model.")
         engine = self._engines.get(mode)
         if engine is None:
             drafter: Proposer
@@ -135,14 +146,22 @@ class SpecSession:
                 # sync the shared draft context from its recorded tokens, so they never disagree.
                 model = ModelDrafter(self.draft_ctx)
                 drafter = model if mode == "draft" else HybridDrafter(model)
+            elif mode in NEEDS_MTP:
+                if self.mtp_head is None:
+                    self.mtp_head = MtpContext(self.target_ctx, self._ctx_cfg)
+                drafter = MtpDrafter(self.mtp_head)
             else:
                 drafter = {"none": NoDrafter, "lookup": LookupDrafter}[mode]()
             # All engines share one target context, which records what its cache holds.
-            engine = SpecEngine(self.target_ctx, drafter, prompt_cache=self.prompt_cache)
+            # The MTP head pairs every cached position with the target's hidden state there: a cache swapped in
+            # from a kept snapshot has positions it never saw, so its engine keeps no snapshots.
+            engine = SpecEngine(self.target_ctx, drafter,
+                                prompt_cache=None if mode in NEEDS_MTP else self.prompt_cache)
             self._engines[mode] = engine
         model_drafter = engine.drafter.model if isinstance(engine.drafter, HybridDrafter) else engine.drafter
-        if isinstance(model_drafter, ModelDrafter):
+        if isinstance(model_drafter, ModelDrafter | MtpDrafter):
             model_drafter.p_min, model_drafter.draft_min = spec.p_min, spec.draft_min
+        if isinstance(model_drafter, ModelDrafter):
             model_drafter.one_row_catch_up = spec.steady_shapes
             model_drafter.prompt_cache = self.draft_prompt_cache
         return engine
@@ -193,6 +212,7 @@ class SpecSession:
         wherever the reply follows them, and the mode's drafter proposes elsewhere (app/engine/prediction.py)."""
         spec = self.resolve_spec(params.spec)
         engine = self._engine(params.mode, spec)
+        self._follow_with_head(isinstance(engine.drafter, MtpDrafter))
         if prediction:
             # A one-reply engine around the mode's own drafter: the same target context and prompt caches, and the
             # drafter's state (lookup's index, the draft model's cache) carries on as in the mode's engine.
@@ -201,6 +221,25 @@ class SpecSession:
         events = engine.generate(prompt, params.n_predict, params.sampling, spec, cancel, params.track_margins)
         text = self._rendered.get(tuple(prompt))
         return events if text is None else self._remembering(events, prompt, text)
+
+    def _follow_with_head(self, on: bool) -> None:
+        """Attach the MTP head to the target's cache for an `mtp` reply (it pairs every decoded position with the
+        target's hidden state), detach it otherwise. Re-attached, it keeps the positions it shares with the
+        target's cache; the target re-decodes from the last of them, whose hidden state the next pairs with."""
+        head = self.mtp_head
+        if not on or head is None:
+            self.target_ctx.follower = None
+            return
+        if self.target_ctx.follower is head:
+            return
+        target = self.target_ctx
+        common = 0
+        while common < min(len(head.tokens), target.n_past) and head.tokens[common] == target.tokens[common]:
+            common += 1
+        head.cut(common)
+        if target.n_past > max(common - 1, 0):
+            target.truncate(max(common - 1, 0))
+        target.follower = head
 
     def _remembering(self, events: Generator[Event, None, None], prompt: Sequence[int], text: str) -> Iterator[Event]:
         """Pass the events on; remember the finished reply's ids for the follow-up when they spell its text
@@ -239,11 +278,16 @@ class SpecSession:
         for ctx in (self.target_ctx, self.draft_ctx):
             if ctx is not None:
                 ctx.clear()
+        if self.mtp_head is not None:
+            self.mtp_head.clear()
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self.mtp_head is not None:
+            self.target_ctx.follower = None
+            self.mtp_head.close()
         for ctx in (self.draft_ctx, self.target_ctx):
             if ctx is not None:
                 ctx.close()
@@ -256,6 +300,15 @@ class SpecSession:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def has_mtp_layers(path: Path) -> bool:
+    """Whether the GGUF has MTP (NextN) layers, which the target then loads too (for --mode mtp). An unreadable
+    file says nothing here: loading it reports why."""
+    try:
+        return nextn_layers(read_gguf(path)) > 0
+    except (GGUFError, OSError):
+        return False
 
 
 def prompt_cache_bytes(config: PairConfig) -> int:

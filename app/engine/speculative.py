@@ -168,7 +168,8 @@ class SpecEngine:
                     text_parts.append(utf8.decode(self.model.piece(token)))
                     predicted = proposal.predicted and fate is TokenFate.ACCEPTED
                     tally.accepted_predicted += predicted
-                    yield TokenEvent(len(emitted), token, text_parts[-1], fate, step, p, q, predicted)
+                    yield TokenEvent(len(emitted), token, text_parts[-1], fate, step, p, q, predicted,
+                                     head=proposal.head and fate is TokenFate.ACCEPTED)
                     emitted.append(token)
                     context.append(token)
                 yield from learned

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import llama_cpp
 import numpy as np
@@ -177,6 +178,7 @@ class ModelConfig:
     # The llama.cpp devices (by name) this model's offloaded layers may use; None: llama.cpp's default,
     # every GPU device of the process, RPC servers' included. The draft gets the local ones only.
     devices: tuple[str, ...] | None = None
+    load_mtp: bool = False  # load the model's MTP (NextN) layers too, for --mode mtp (app/llama_backend/mtp.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +239,7 @@ class LlamaModel:
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 999
         params.use_extra_bufts = config.repack
+        params.load_mtp = config.load_mtp
         if config.devices is not None:
             self._devices = device_array(config.devices)  # NULL-terminated; kept alive with the model
             params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
@@ -426,6 +429,8 @@ class LlamaContext:
         self._reach = 0
         self._checkpoint: _Checkpoint | None = None
         self.cuts: dict[str, int] = {"snapshot": 0, "checkpoint": 0, "reprocess": 0}
+        # Told of every decode and every cut (an MTP head pairs each position with this context's hidden state).
+        self.follower: CacheFollower | None = None
 
     def decode(self, tokens: Sequence[int], logits_for: str = "last") -> None:
         """Append `tokens` at position n_past. `logits_for`: "last", "all" (one chunk only) or "none".
@@ -481,7 +486,10 @@ class LlamaContext:
                 if self.model.recurrent or not llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1):
                     self.clear()
                 raise LlamaError(f"llama_decode failed with code {rc} on {self.model.path.name} (KV cache full?)")
+            start_pos = self.n_past
             self.tokens.extend(chunk)
+            if self.follower is not None:
+                self.follower.follow(chunk, start_pos)
             # Snapshots exist for the chunk's last min(len, n_rs_seq + 1) tokens: a cut may drop all but one.
             self._reach = min(len(chunk) - 1, self.n_rs_seq)
             start += len(chunk)
@@ -512,6 +520,8 @@ class LlamaContext:
         `PartialRemovalError` says why (the caller re-processes).
         """
         if n_keep < self.n_past:
+            if self.follower is not None:
+                self.follower.cut(n_keep)  # first: a replay below decodes from before n_keep
             if not self._window_kept(n_keep):
                 self.clear()
                 raise PartialRemovalError(self.model.path.name, n_keep, sliding=True)
@@ -587,6 +597,8 @@ class LlamaContext:
         self._kept = None
         self._reach = 0
         self._checkpoint = None
+        if self.follower is not None:
+            self.follower.cut(0)
 
     def snapshot_bytes(self) -> int:
         """What `snapshot` would copy of llama.cpp's state, without copying it."""
@@ -644,6 +656,16 @@ class LlamaContext:
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
+
+
+class CacheFollower(Protocol):
+    """What follows a context's cache position by position (LlamaContext.follower)."""
+
+    def follow(self, tokens: Sequence[int], start: int) -> None:
+        """The context just decoded `tokens` at positions start..; its outputs are still readable."""
+
+    def cut(self, n: int) -> None:
+        """The context's cache is being cut to its first n positions."""
 
 
 # llama_state_seq_*_ext: the partial state only (a recurrent state, not the attention cache).

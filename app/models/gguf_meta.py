@@ -25,6 +25,7 @@ from gguf.constants import GGUF_MAGIC
 from app.models.gguf_parse import ArrayRef, GGUFError, Header, TensorInfo, parse_header, quant_label, tensor_table
 
 __all__ = [
+    "nextn_layers",
     "GGUFError",
     "GGUFInfo",
     "TensorInfo",
@@ -316,3 +317,9 @@ def _build(path: Path, file_size: int, header: Header, token_blob: bytes) -> _Pa
         },
     )
     return _Parsed(info, tokens, token_types if isinstance(token_types, ArrayRef) else None)
+
+
+def nextn_layers(info: GGUFInfo) -> int:
+    """The model's MTP (NextN, multi-token prediction) layers: llama.cpp's `<arch>.nextn_predict_layers`."""
+    value = info.metadata.get(f"{info.architecture}.nextn_predict_layers", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

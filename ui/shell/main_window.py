@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from app import settings as settings_mod
 from app.chat.conversations import ChatStore
-from app.engine.drafters import CHOICES, NEEDS_DRAFT, auto_mode
+from app.engine.drafters import CHOICES, auto_mode
 from app.engine.events import GovernorEvent
 from app.engine.session import GenParams
 from app.llama_backend import supports_gpu_offload
@@ -319,9 +319,10 @@ class MainWindow(QMainWindow):
     def _on_models_modelsLoaded(self, info: LoadInfo) -> None:
         self._remember_pair()
         self._update_sampling_details()
-        for mode in NEEDS_DRAFT:
-            self.mode_box.model().item(CHOICES.index(mode)).setEnabled(self.models.has_draft)
-        if not self.models.has_draft and self.mode_box.currentText() in NEEDS_DRAFT:
+        available = {"auto", *info.modes}  # draft modes need a draft model, mtp a target with an MTP head
+        for i, mode in enumerate(CHOICES):
+            self.mode_box.model().item(i).setEnabled(mode in available)
+        if self.mode_box.currentText() not in available:
             self._auto_mode = True  # a fallback for this pair, not the user's new preference
             self.mode_box.setCurrentText("lookup")
             self._auto_mode = False

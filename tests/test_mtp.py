@@ -1,0 +1,130 @@
+"""`--mode mtp` (issue 54): the target's own MTP (NextN) head drafts (app/engine/mtp_drafter.py,
+app/llama_backend/mtp.py), on a small Qwen3.5-style GGUF written here (tests/tiny_gguf.py: gated delta-net layers,
+one full-attention layer, one NextN block; a hybrid target, so every rollback goes through the state snapshots).
+`mtp_agree` crafts a head that agrees with the trunk for most tokens: drafts are then accepted and rejected."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from app.engine.events import FinishEvent, StepEvent, TokenEvent, TokenFate, shown_fate
+from app.engine.pair_config import PairConfig
+from app.engine.sampling import SamplingParams
+from app.engine.session import GenParams, SpecSession
+from app.engine.spec_params import SpecParams
+from app.llama_backend import LlamaError
+from tests.tiny_gguf import write_lfm2, write_qwen35
+
+NATIVE_BIN = Path(os.environ.get("SPECCHAT_NATIVE_BIN", "/work/native/build/bin"))
+PROMPT = [3, 4, 5, 6]  # "t3t4t5t6" with the file's text tokens
+FIXED = SpecParams(draft_max=4, p_min=0.0, adaptive=False)  # llama.cpp's draft-mtp: p_min 0, K fixed
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("mtp")
+    return {
+        "random": write_qwen35(root / "qwen35-mtp.gguf", text_tokens=True),
+        "agreeing": write_qwen35(root / "qwen35-mtp-agree.gguf", mtp_agree=0.95, text_tokens=True),
+        "no_head": write_lfm2(root / "lfm2.gguf", n_vocab=16),
+    }
+
+
+def _run(session: SpecSession, prompt: list[int], mode: str, n: int = 64, spec: SpecParams = FIXED,
+         sampling: SamplingParams | None = None) -> tuple[FinishEvent, list[StepEvent], list[TokenEvent]]:
+    events = list(session.generate(prompt, GenParams(mode, n, sampling=sampling or SamplingParams(), spec=spec)))
+    finish = events[-1]
+    assert isinstance(finish, FinishEvent)
+    return (finish, [e for e in events if isinstance(e, StepEvent)], [e for e in events if isinstance(e, TokenEvent)])
+
+
+@pytest.mark.parametrize("head", ["random", "agreeing"])
+def test_mtp_replies_are_plain_decoding_and_show_the_heads_tokens(files, head):
+    with SpecSession(PairConfig(files[head], None, n_ctx=256, n_threads=2)) as session:
+        assert "mtp" in session.available_modes and session.target_model.config.load_mtp
+        plain, _, _ = _run(session, PROMPT, "none")
+        session.clear_caches()
+        finish, steps, tokens = _run(session, PROMPT, "mtp")
+        assert finish.tokens == plain.tokens and finish.stats.mode == "mtp"
+        drafted, accepted = sum(len(s.drafted) for s in steps), sum(s.accepted for s in steps)
+        assert drafted > 40
+        assert accepted > 30 if head == "agreeing" else accepted < 0.2 * drafted
+        assert sum(t.head for t in tokens) == accepted  # every accepted token drafted by the head is marked ...
+        assert all(shown_fate(t) is TokenFate.MTP for t in tokens if t.head)  # ... and shown in its own colour
+
+
+def test_a_seeded_sample_with_mtp_is_the_plain_sample(files):
+    """Sampled runs draft from the head's distribution and verify by the target's: with the same seed, the reply
+    is the one plain decoding samples (the coupled sample of each position decides)."""
+    sampling = SamplingParams(temperature=0.8, seed=11)
+    with SpecSession(PairConfig(files["agreeing"], None, n_ctx=256, n_threads=2)) as session:
+        plain, _, _ = _run(session, PROMPT, "none", sampling=sampling)
+        session.clear_caches()
+        finish, steps, _ = _run(session, PROMPT, "mtp", sampling=sampling)
+        assert finish.tokens == plain.tokens
+        assert sum(s.accepted for s in steps) > 0
+
+
+def test_the_head_follows_a_follow_up_and_a_mode_switch(files):
+    """The head pairs every cached position with the target's hidden state: after a lookup reply (head detached)
+    and a follow-up turn, it re-joins the target's cache and its drafts are still accepted; replies stay exact."""
+    with SpecSession(PairConfig(files["agreeing"], None, n_ctx=512, n_threads=2)) as session:
+        first, _, _ = _run(session, PROMPT, "mtp", 40)
+        follow_up = [*PROMPT, *first.tokens, 7, 8, 9]
+        looked, _, _ = _run(session, follow_up, "lookup", 30)
+        third_prompt = [*follow_up, *looked.tokens, 10, 11]
+        again, steps, _ = _run(session, third_prompt, "mtp", 40)
+        assert sum(s.accepted for s in steps) > 20
+    with SpecSession(PairConfig(files["agreeing"], None, n_ctx=512, n_threads=2)) as fresh:
+        assert _run(fresh, PROMPT, "none", 40)[0].tokens == first.tokens
+        fresh.clear_caches()
+        assert _run(fresh, follow_up, "none", 30)[0].tokens == looked.tokens
+        fresh.clear_caches()
+        assert _run(fresh, third_prompt, "none", 40)[0].tokens == again.tokens
+
+
+def test_a_target_without_an_mtp_head_has_no_mtp_mode(files):
+    with SpecSession(PairConfig(files["no_head"], None, n_ctx=256, n_threads=2)) as session:
+        assert "mtp" not in session.available_modes and "lookup" in session.available_modes
+        with pytest.raises(LlamaError, match="needs a target with MTP"):
+            _run(session, PROMPT, "mtp")
+
+
+@pytest.mark.skipif(not (NATIVE_BIN / "llama-speculative-simple").is_file(),
+                    reason=f"llama.cpp's tools are not built in {NATIVE_BIN} (set SPECCHAT_NATIVE_BIN; see "
+                           "docs/BENCHMARKS.md, \"Comparing with llama.cpp itself\")")
+@pytest.mark.parametrize("head", ["random", "agreeing"])
+def test_drafts_and_acceptance_equal_llamas_draft_mtp(files, head):
+    """Parity with llama.cpp: `llama-speculative-simple --spec-type draft-mtp` on the same file, prompt and K
+    (greedy, p_min 0). llama.cpp drafts at its first step too (it keeps the prompt's last token back), SpecChat
+    takes the first token from the prompt's pass; from the second step on, step by step, the same number of
+    tokens is drafted and accepted, and the text is the same."""
+    env = {**os.environ, "LD_LIBRARY_PATH": str(NATIVE_BIN)}
+    out = subprocess.run([str(NATIVE_BIN / "llama-speculative-simple"), "-m", str(files[head]), "-p", "t3t4t5t6",
+                          "-n", "64", "--spec-type", "draft-mtp", "--spec-draft-n-max", "4", "--temp", "0",
+                          "-c", "256", "-t", "2", "-ngl", "0", "-v"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    log = out.stdout + out.stderr
+    native = [(int(n), int(a)) for a, n in re.findall(r"accepted (\d+)/(\d+) draft tokens", log)]
+    native_drafts: list[list[int]] = []  # each draft's tokens: llama.cpp's top candidate at each position
+    for pos, token in re.findall(r"draft candidate +0, pos +(\d+): +(\d+) ", log):
+        if pos == "0":
+            native_drafts.append([])
+        native_drafts[-1].append(int(token))
+    with SpecSession(PairConfig(files[head], None, n_ctx=256, n_threads=2)) as session:
+        finish, steps, _ = _run(session, PROMPT, "mtp")
+        ours = [(len(s.drafted), s.accepted) for s in steps if not s.from_prompt]
+        drafts = [list(s.drafted) for s in steps if not s.from_prompt]
+        text = session.target_model.detokenize(finish.tokens)
+    assert len(native) > 10 and len(native_drafts) >= len(native)  # and one it drafts after its last step
+    # The last steps of each are cut short by its own token limit: compare the steps before the first short one.
+    common = min(len(ours), len(native) - 1, next((i for i, (n, _) in enumerate(ours) if n < 4), len(ours)))
+    assert ours[:common] == native[1 : common + 1]
+    assert drafts[:common] == native_drafts[1 : common + 1]
+    assert text in log.replace("\n", "")  # llama.cpp prints the same tokens (and more: it stops past -n)
