@@ -14,7 +14,8 @@ FATE_COLOURS: dict[TokenFate, str] = {
     TokenFate.BONUS: "#009E73",  # bluish green: free extra token after a fully accepted draft
     TokenFate.TARGET: "#7F7F7F",  # neutral: plain decoding, nothing to verify
     TokenFate.PREDICTED: "#CC79A7",  # reddish purple: accepted from the request's predicted output
-    TokenFate.MTP: "#56B4E9",  # sky blue: accepted from the target's own MTP head (lighter than a draft's blue)
+    # yellow: accepted from the target's own MTP head (sky blue, tried first, read as the draft's blue when tinted)
+    TokenFate.MTP: "#F0E442",
 }
 GHOST_COLOUR = "#999999"  # rejected draft tokens, struck through
 

@@ -128,3 +128,13 @@ def test_drafts_and_acceptance_equal_llamas_draft_mtp(files, head):
     assert ours[:common] == native[1 : common + 1]
     assert drafts[:common] == native_drafts[1 : common + 1]
     assert text in log.replace("\n", "")  # llama.cpp prints the same tokens (and more: it stops past -n)
+
+
+def test_check_pair_names_the_mtp_head(files):
+    from app.models.pair_doctor import check_pair
+
+    report = check_pair(files["agreeing"], files["random"])
+    notes = {f.code: f.message for f in report.findings}
+    assert notes["mtp"] == "The target has an MTP head: --mode mtp drafts with it, no draft model needed"
+    assert notes["cache-target"].startswith("The target is hybrid: rollback by llama.cpp's state snapshots")
+    assert "mtp" not in {f.code for f in check_pair(files["no_head"], files["no_head"]).findings}

@@ -8,6 +8,9 @@ part of the window. SpecChat refuses such a cut (the cache is emptied and the pr
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from app.engine.session import GenParams, SpecSession
 from app.engine.speculative import SpecParams
 from app.llama_backend import ContextConfig, LlamaContext
 
+NATIVE_BIN = Path(os.environ.get("SPECCHAT_NATIVE_BIN", "/work/native/build/bin"))
 TEXT = " ".join(f"Item {i}: the {['red', 'green', 'blue', 'amber'][i % 4]} box holds {i * 7 % 23} stones."
                 for i in range(140))
 
@@ -81,3 +85,26 @@ def test_lookup_past_the_window_is_the_plain_reply(gemma: SpecSession) -> None:
     assert lookup.stats.drafted > 0 and lookup.stats.accepted < lookup.stats.drafted  # drafted, and rolled back
     assert len(prompt) + len(plain.tokens) > 512 + 200
     assert lookup.tokens == plain.tokens
+
+
+@pytest.mark.skipif(not (NATIVE_BIN / "llama-completion").is_file(),
+                    reason=f"llama.cpp's tools are not built in {NATIVE_BIN} (set SPECCHAT_NATIVE_BIN; see "
+                           "docs/BENCHMARKS.md, \"Comparing with llama.cpp itself\")")
+def test_lookup_past_the_window_writes_llama_completions_text(gemma: SpecSession, tmp_path: Path) -> None:
+    """The same prompt tokens (checked in llama-completion's --verbose-prompt listing) through llama.cpp's own
+    llama-completion, greedy, no repacking: the text SpecChat's lookup reply writes, past the window."""
+    prompt = _tokens(gemma)[:600]
+    gemma.clear_caches()
+    lookup = _reply(gemma, prompt, "lookup")
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text(gemma.target_model.detokenize(prompt[1:]) + "\n", encoding="utf-8")  # BOS: the tool's
+    out = subprocess.run([str(NATIVE_BIN / "llama-completion"), "-m", str(gemma.config.target), "-c", "4096",
+                          "-t", "2", "--no-repack", "-ngl", "0", "-b", "512", "-ub", "512", "-f", str(prompt_file),
+                          "--no-escape", "-n", str(len(lookup.tokens)), "--temp", "0", "-no-cnv",
+                          "--no-display-prompt", "--verbose-prompt"],
+                         capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(NATIVE_BIN)},
+                         timeout=600, errors="replace")
+    assert out.returncode == 0, out.stderr[-2000:]
+    listed = [int(t) for t in re.findall(r" I +(\d+) -> '", out.stderr)]  # "<time> I   2912 -> 'Item'"
+    assert listed == prompt, "llama-completion tokenized the prompt otherwise"
+    assert out.stdout.startswith(gemma.target_model.detokenize(lookup.tokens))

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.models.gguf_meta import GGUFInfo
+from app.models.gguf_meta import GGUFInfo, nextn_layers
 
-__all__ = ["CacheKind", "StateLayout", "cache_kind", "state_layout"]
+__all__ = ["CacheKind", "StateLayout", "cache_kind", "mtp_note", "state_layout"]
 
 RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
 HYBRID_ARCHS = frozenset({
@@ -113,3 +113,12 @@ def state_layout(info: GGUFInfo) -> StateLayout:
         floats = max(key("ssm.conv_kernel") - 1, 0) * (d_inner + 2 * key("ssm.group_count") * d_state)
         floats += d_state * d_inner
     return StateLayout(attention, recurrent, floats, SNAPSHOT_TOKENS if kind.snapshots else 0)
+
+
+def mtp_note(info: GGUFInfo) -> str:
+    """What the picker and check-pair say of a model with MTP (NextN) layers ("" without)."""
+    n = nextn_layers(info)
+    if not n:
+        return ""
+    heads = "an MTP head" if n == 1 else f"{n} chained MTP heads (SpecChat drafts with single heads so far)"
+    return f"The target has {heads}: --mode mtp drafts with it, no draft model needed"

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from app.models.cache_kind import cache_kind
-from app.models.gguf_meta import GGUFError, GGUFInfo, read_gguf, read_token_bytes
+from app.models.cache_kind import cache_kind, mtp_note
+from app.models.gguf_meta import GGUFError, GGUFInfo, nextn_layers, read_gguf, read_token_bytes
 
 Severity = Literal["blocks", "warns", "informs"]
 
@@ -204,6 +204,8 @@ def _extras(t: GGUFInfo, d: GGUFInfo) -> list[Finding]:
         kind = cache_kind(info)
         if kind.kind != "attention":  # the usual case goes without saying
             out.append(Finding("informs", f"cache-{role}", f"The {role} is {kind.describe(role)}"))
+    if nextn_layers(t):
+        out.append(Finding("informs", "mtp", mtp_note(t)))
     out.extend(_template_findings(t.chat_template, d.chat_template))
     if d.context_length < t.context_length:
         out.append(

@@ -28,7 +28,7 @@ TINT_ALPHA: dict[TokenFate, float] = {
     TokenFate.BONUS: 0.32,
     TokenFate.TARGET: 0.16,
     TokenFate.PREDICTED: 0.32,
-    TokenFate.MTP: 0.32,
+    TokenFate.MTP: 0.5,  # yellow is light: a stronger tint to show as much as the others
 }
 
 

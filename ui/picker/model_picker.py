@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 
 from app import paths
 from app.memory import BuildSpec, DeviceBudget, budgets
-from app.models.cache_kind import cache_kind
+from app.models.cache_kind import cache_kind, mtp_note
 from app.models.catalog import PAIRS, CatalogPair
 from app.models.gguf_meta import GGUFInfo
 from app.models.hub import hub_cache_dir
@@ -324,8 +324,10 @@ class ModelPickerDialog(QDialog):
         elif draft == LOOKUP or draft is None:
             info = self._info(target)
             kind = cache_kind(info) if info is not None else None
-            cache = (f'<br><span style="color:{_SEVERITY["informs"][0]}"><b>Note:</b> the target is '
-                     f"{kind.describe()}.</span>") if kind is not None and kind.kind != "attention" else ""
+            notes = [f"The target is {kind.describe()}"] if kind is not None and kind.kind != "attention" else []
+            notes += [mtp_note(info)] if info is not None and mtp_note(info) else []
+            cache = "".join(f'<br><span style="color:{_SEVERITY["informs"][0]}"><b>Note:</b> {n}.</span>'
+                            for n in notes)
             self.findings.setText("<b>Prompt lookup</b>: drafts are copied from n-grams already in the conversation; "
                                   "no second model, nearly free, best on edits and repetitive text."
                                   + cache)  # fmt: skip

@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
         self.worker = GenerationWorker(self)
         self._pending_prompt: str | None = None
         self._auto_mode = False
+        self._mode_fallback = ""  # the mode the user chose that the loaded models cannot run (the banner says so)
         self.force_load = False  # --force: load even when the pair is predicted not to fit
         self.banner_governor: GovernorEvent | None = None
         self._build()
@@ -322,7 +323,9 @@ class MainWindow(QMainWindow):
         available = {"auto", *info.modes}  # draft modes need a draft model, mtp a target with an MTP head
         for i, mode in enumerate(CHOICES):
             self.mode_box.model().item(i).setEnabled(mode in available)
+        self._mode_fallback = ""
         if self.mode_box.currentText() not in available:
+            self._mode_fallback = self.mode_box.currentText()  # said in the banner: never silently another mode
             self._auto_mode = True  # a fallback for this pair, not the user's new preference
             self.mode_box.setCurrentText("lookup")
             self._auto_mode = False
@@ -577,7 +580,8 @@ class MainWindow(QMainWindow):
             return
         self.banner.set_state(SpecState(self._mode(), self.models.has_draft, self.models.incompatible,
                                         self.banner_governor, auto=self.mode_box.currentText() == "auto",
-                                        gpu_note=self.loaded.gpu_note if self.loaded is not None else ""))
+                                        gpu_note=self.loaded.gpu_note if self.loaded is not None else "",
+                                        fallback=self._mode_fallback))
 
     @Slot(str)
     def _on_banner_actionTriggered(self, key: str) -> None:
@@ -619,6 +623,8 @@ class MainWindow(QMainWindow):
     @Slot(str)
     def _on_mode_box_currentTextChanged(self, mode: str) -> None:
         self.banner_governor = None
+        if not self._auto_mode:
+            self._mode_fallback = ""  # the user picked a mode: the fallback note is done
         self._update_banner()
         if not self._auto_mode:
             self._remember(mode=mode)

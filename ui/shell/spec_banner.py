@@ -13,12 +13,13 @@ from ui.base.message_bar import MessageBar
 
 @dataclass(frozen=True)
 class SpecState:
-    mode: str  # the mode the next reply uses: draft | lookup | hybrid | none ("auto" resolved)
+    mode: str  # the mode the next reply uses: draft | lookup | hybrid | mtp | none ("auto" resolved)
     has_draft: bool
     incompatible: str | None = None  # the pair check's reason when the draft was refused
     governor: GovernorEvent | None = None  # the last on/off decision ("disable" shows the banner, "enable" clears it)
     auto: bool = False  # the mode was chosen by "auto"
     gpu_note: str = ""  # the machine has a GPU this llama.cpp build cannot use (gpu_hint's message)
+    fallback: str = ""  # the mode the user chose, which these models cannot run (the reply runs `mode` instead)
 
 
 Message = tuple[str, str, tuple[str, str] | None]
@@ -44,6 +45,13 @@ def _speculation_message(state: SpecState) -> Message | None:
         return ("<b>Auto: prompt lookup.</b> On this CPU-only build the draft model costs about half a target "
                 "step, so drafting from the conversation's n-grams is faster; pick draft or hybrid to watch the "
                 "draft model anyway.", "info", None)
+    if state.fallback:
+        why = ("the target has no MTP head (NextN layers)" if state.fallback == "mtp"
+               else "no draft model is loaded")
+        return (f"<b>Mode {html.escape(state.fallback)} is off for these models:</b> {why}, so replies use "
+                f"{html.escape(state.mode)}.", "info", ("Choose models…", "picker"))
+    if state.mode == "mtp":
+        return None  # the target drafts for itself: nothing is missing
     if state.mode == "none":
         return ("<b>Plain decoding</b> (mode none): nothing is drafted, every token comes from the target.",
                 "info", ("Speculate", "speculate"))
