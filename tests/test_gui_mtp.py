@@ -4,6 +4,7 @@ in that mode keeps the head's accepted tokens apart (record code "m", their own 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
