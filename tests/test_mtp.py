@@ -138,3 +138,15 @@ def test_check_pair_names_the_mtp_head(files):
     assert notes["mtp"] == "The target has an MTP head: --mode mtp drafts with it, no draft model needed"
     assert notes["cache-target"].startswith("The target is hybrid: rollback by llama.cpp's state snapshots")
     assert "mtp" not in {f.code for f in check_pair(files["no_head"], files["no_head"]).findings}
+
+
+def test_the_memory_meter_leaves_the_mtp_block_out_of_the_targets_caches(files):
+    """Qwen3.5-style: 3 delta-net layers (a recurrent state each), 1 full-attention layer (KV), then the NextN
+    block, whose cache lives in the MTP context, not the target's."""
+    from app.models.cache_kind import state_layout
+    from app.models.gguf_meta import read_gguf
+
+    layout = state_layout(read_gguf(files["random"]))
+    assert layout.attention == (False, False, False, True, False)
+    assert layout.recurrent == (True, True, True, False, False)
+    assert layout.snapshots == 16

@@ -104,6 +104,10 @@ def state_layout(info: GGUFInfo) -> StateLayout:
     else:
         attention = (True,) * n
     recurrent = tuple(not a for a in attention) if any(attention) and not all(attention) else (True,) * n
+    mtp = nextn_layers(info)  # the last layers: an MTP head, whose cache is the MTP context's, not the target's
+    if 0 < mtp < n:
+        attention = attention[: n - mtp] + (False,) * mtp
+        recurrent = recurrent[: n - mtp] + (False,) * mtp
     if key("wkv.head_size"):  # RWKV
         floats = key("token_shift_count", 2) * info.n_embd + info.n_embd * key("wkv.head_size")
     elif key("shortconv.l_cache"):  # LFM2
