@@ -150,3 +150,11 @@ def test_the_memory_meter_leaves_the_mtp_block_out_of_the_targets_caches(files):
     assert layout.attention == (False, False, False, True, False)
     assert layout.recurrent == (True, True, True, False, False)
     assert layout.snapshots == 16
+
+
+def test_auto_picks_the_mtp_head_on_a_gpu_build_only():
+    from app.engine.drafters import auto_mode
+
+    assert auto_mode(has_draft=True, gpu_offload=True, has_mtp=True) == "mtp"
+    assert auto_mode(has_draft=True, gpu_offload=True, has_mtp=False) == "hybrid"
+    assert auto_mode(has_draft=True, gpu_offload=False, has_mtp=True) == "lookup"  # the CPU: free lookup

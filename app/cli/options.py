@@ -16,6 +16,7 @@ from app.engine.spec_params import COPY_MAX_AUTO
 from app.engine.speculative import SpecParams
 from app.llama_backend import supports_gpu_offload
 from app.models.demo_pair import demo_pair_paths
+from app.models.gguf_meta import has_mtp_layers
 from app.models.recommended_sampling import SamplingValues
 
 EXIT_BAD_INPUT = 2
@@ -187,7 +188,10 @@ def gen_params(args: argparse.Namespace, settings: settings_mod.Settings, has_dr
     mode = args.mode or s.mode
     if mode == "auto":  # resolved here, so a draft model that "auto" will not use is not loaded
         # A draft named on the command line is the user's choice: auto then drafts with it.
-        mode = "hybrid" if getattr(args, "model_draft", None) else auto_mode(has_draft, supports_gpu_offload())
+        target = getattr(args, "model", None) or s.target_path or None
+        has_mtp = target is not None and has_mtp_layers(target)
+        mode = "hybrid" if getattr(args, "model_draft", None) else auto_mode(has_draft, supports_gpu_offload(),
+                                                                              has_mtp)
     sampling = s.sampling_params(recommended, getattr(args, "sampling", None) or preset)
     sampling = replace(sampling, **{field: getattr(args, flag) for flag, field in SAMPLING_FLAGS.items()
                                     if getattr(args, flag, None) is not None})

@@ -32,7 +32,12 @@ NEEDS_MTP = ("mtp",)  # a target with MTP (NextN) layers (app/engine/mtp_drafter
 CHOICES = ("auto", *MODES)
 
 
-def auto_mode(has_draft: bool, gpu_offload: bool) -> str:
+def auto_mode(has_draft: bool, gpu_offload: bool, has_mtp: bool = False) -> str:
+    """On a GPU a target's own MTP head first (trained to draft for it, one layer per token: the reported gains
+    are 1.6-3.3x), else hybrid with a draft model; on the CPU lookup, which costs nothing. The governor still
+    turns drafting off where it loses."""
+    if gpu_offload and has_mtp:
+        return "mtp"
     return "hybrid" if has_draft and gpu_offload else "lookup"
 
 

@@ -46,7 +46,7 @@ from app.llama_backend import (
 )
 from app.llama_backend.mtp import MtpContext
 from app.models import chat_template
-from app.models.gguf_meta import GGUFError, nextn_layers, read_gguf
+from app.models.gguf_meta import has_mtp_layers
 from app.models.pair_doctor import check_pair
 
 
@@ -114,7 +114,7 @@ class SpecSession:
     @property
     def auto_mode(self) -> str:
         """What mode "auto" runs on this session (see drafters.CHOICES)."""
-        return auto_mode(self.draft_ctx is not None, supports_gpu_offload())
+        return auto_mode(self.draft_ctx is not None, supports_gpu_offload(), self.target_model.config.load_mtp)
 
     @property
     def target_on_gpu(self) -> bool:
@@ -300,15 +300,6 @@ class SpecSession:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
-
-
-def has_mtp_layers(path: Path) -> bool:
-    """Whether the GGUF has MTP (NextN) layers, which the target then loads too (for --mode mtp). An unreadable
-    file says nothing here: loading it reports why."""
-    try:
-        return nextn_layers(read_gguf(path)) > 0
-    except (GGUFError, OSError):
-        return False
 
 
 def prompt_cache_bytes(config: PairConfig) -> int:

@@ -25,6 +25,7 @@ from gguf.constants import GGUF_MAGIC
 from app.models.gguf_parse import ArrayRef, GGUFError, Header, TensorInfo, parse_header, quant_label, tensor_table
 
 __all__ = [
+    "has_mtp_layers",
     "nextn_layers",
     "GGUFError",
     "GGUFInfo",
@@ -323,3 +324,12 @@ def nextn_layers(info: GGUFInfo) -> int:
     """The model's MTP (NextN, multi-token prediction) layers: llama.cpp's `<arch>.nextn_predict_layers`."""
     value = info.metadata.get(f"{info.architecture}.nextn_predict_layers", 0)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def has_mtp_layers(path: str | os.PathLike[str]) -> bool:
+    """Whether the GGUF has MTP (NextN) layers, which the target then loads too (for --mode mtp). An unreadable
+    file says nothing here: loading it reports why."""
+    try:
+        return nextn_layers(read_gguf(path)) > 0
+    except (GGUFError, OSError):
+        return False

@@ -405,7 +405,8 @@ class MainWindow(QMainWindow):
         """The mode the next reply runs: "auto" resolved for the loaded pair and this build, so the
         transcript, the comparison and the banner name the mode that really ran."""
         chosen = chosen or self.mode_box.currentText()
-        return auto_mode(self.models.has_draft, supports_gpu_offload()) if chosen == "auto" else chosen
+        has_mtp = self.loaded is not None and "mtp" in self.loaded.modes
+        return auto_mode(self.models.has_draft, supports_gpu_offload(), has_mtp) if chosen == "auto" else chosen
 
     def runs(self) -> list[tuple[str, GenParams]]:
         mode = self._mode()
