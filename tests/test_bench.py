@@ -357,6 +357,11 @@ def test_commands_share_specchat_settings():
         spec = nb.command(mode, _settings(), Path("p.txt"), 64)
         assert spec[0] == "/opt/llama/llama-speculative-simple" and "-md" not in spec
         assert spec[spec.index("--spec-type") + 1] == mode and not any(a.startswith("--spec-ngram") for a in spec)
+    # The target's own MTP head: no draft model, SpecChat's K and p_min.
+    mtp = nb.command("draft-mtp", _settings(draft=None), Path("p.txt"), 64)
+    assert mtp[0] == "/opt/llama/llama-speculative-simple" and "-md" not in mtp
+    assert mtp[mtp.index("--spec-type") + 1] == "draft-mtp" and mtp[mtp.index("--spec-draft-n-max") + 1] == "6"
+    assert "--spec-draft-p-min" in mtp
     with pytest.raises(nb.NativeError, match="needs a draft model"):
         nb.command("draft-simple", _settings(draft=None), Path("p.txt"), 8)
     with pytest.raises(nb.NativeError, match="Unknown llama.cpp mode"):

@@ -39,6 +39,7 @@ from app.engine.pair_config import PairConfig
 from app.engine.parting import Batch, first_divergence
 from app.engine.session import GenParams, SpecSession
 from app.engine.speculative import SpecParams
+from app.models.gguf_meta import has_mtp_layers
 from app.models.recommended_sampling import recommended_for
 
 DEFAULT_N_PREDICT = 128
@@ -482,6 +483,9 @@ def _native_plan(args: argparse.Namespace, cfg: Any, params: GenParams, workdir:
     if "draft-simple" in modes and cfg.draft is None:
         modes.remove("draft-simple")
         print("specchat: note: no draft model, so llama.cpp's draft-simple is skipped", file=sys.stderr)
+    if "draft-mtp" in modes and not has_mtp_layers(cfg.target):
+        modes.remove("draft-mtp")
+        print("specchat: note: the target has no MTP head, so llama.cpp's draft-mtp is skipped", file=sys.stderr)
     settings = native_settings(Path(args.native), cfg, params, args.native_timeout,
                                native_bench.split_args(args.native_args or ""))
     return NativePlan(settings, modes, workdir)

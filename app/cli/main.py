@@ -55,8 +55,9 @@ def add_bench_args(bench: argparse.ArgumentParser) -> None:
     native.add_argument("--native", type=Path, metavar="DIR", help="folder holding llama-completion and "
                         "llama-speculative-simple: run them on the same prompt tokens, in the same rounds")
     native.add_argument("--native-modes",
-                        default="plain,draft-simple,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod",
+                        default="plain,draft-simple,draft-mtp,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod",
                         help="comma-separated llama.cpp modes: plain, plain-again, server-plain, draft-simple, "
+                             "draft-mtp (the target's MTP head; skipped for a target without one), "
                              "ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod (llama.cpp's --spec-default), "
                              "ngram-cache (plain is always run; plain-again runs it twice per round, an A/A control "
                              "that shows the machine's noise floor; server-plain times llama-server, loaded once "

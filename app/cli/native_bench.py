@@ -38,7 +38,7 @@ from app.cli.options import UserError
 NGRAM_MODES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 # server-plain: llama-server, loaded once for the whole bench (app/cli/native_server.py)
 SERVER_MODES = ("server-plain",)
-NATIVE_MODES = ("plain", "plain-again", *SERVER_MODES, "draft-simple", *NGRAM_MODES)
+NATIVE_MODES = ("plain", "plain-again", *SERVER_MODES, "draft-simple", "draft-mtp", *NGRAM_MODES)
 PLAIN_MODES = ("plain", "plain-again")  # llama-completion; the second is the A/A control
 COMPLETION = "llama-completion"
 SPECULATIVE = "llama-speculative-simple"
@@ -165,6 +165,8 @@ def command(mode: str, s: NativeSettings, prompt_file: Path, n_predict: int, n_p
         cmd += ["-no-cnv", "--no-display-prompt", "--verbose-prompt"]
     else:
         cmd += ["--spec-type", mode]
+    if mode == "draft-mtp":  # the target's own MTP head (SpecChat's --mode mtp), with SpecChat's K and p_min
+        cmd += ["--spec-draft-n-max", str(s.draft_max), "--spec-draft-p-min", repr(s.p_min)]
     if mode == "draft-simple":
         if s.draft is None:
             raise NativeError("llama.cpp's draft-simple needs a draft model (-md)")
