@@ -158,3 +158,21 @@ def test_auto_picks_the_mtp_head_on_a_gpu_build_only():
     assert auto_mode(has_draft=True, gpu_offload=True, has_mtp=True) == "mtp"
     assert auto_mode(has_draft=True, gpu_offload=True, has_mtp=False) == "hybrid"
     assert auto_mode(has_draft=True, gpu_offload=False, has_mtp=True) == "lookup"  # the CPU: free lookup
+
+
+def test_doctor_describes_a_hybrid_mtp_model_and_names_a_missing_file(files, tmp_path):
+    import json
+
+    from tests.test_cli import specchat
+
+    out = specchat("doctor", "--json", "-m", files["agreeing"], "-m", files["no_head"], home=tmp_path)
+    assert out.returncode == 0, out.stderr
+    first, second = json.loads(out.stdout)["models"]
+    assert (first["architecture"], first["cache"], first["mtp_layers"], first["state_snapshots"]) == \
+        ("qwen35", "hybrid", 1, True)
+    assert first["rollback"].startswith("rollback by llama.cpp's state snapshots")
+    assert (second["architecture"], second["cache"], second["mtp_layers"]) == ("lfm2", "hybrid", 0)
+    text = specchat("doctor", "-m", files["agreeing"], "-m", tmp_path / "missing.gguf", home=tmp_path)
+    assert text.returncode == 1
+    assert "(qwen35): hybrid: rollback by llama.cpp's state snapshots" in text.stdout
+    assert "MTP head: --mode mtp drafts with it" in text.stdout and "missing.gguf" in text.stdout

@@ -27,6 +27,9 @@ from app.models.gguf_meta import GGUFError, GGUFInfo, read_gguf
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     doctor = subparsers.add_parser("doctor", help="llama.cpp build capabilities, devices and memory")
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.add_argument("-m", "--model", action="append", default=[], metavar="GGUF",
+                        help="also describe this model: its cache (attention, sliding window, recurrent, hybrid), "
+                             "how SpecChat rolls it back, and its MTP head (repeatable)")
     doctor.set_defaults(func=_cmd_doctor)
 
     mem = subparsers.add_parser("memory", help="predict the memory of a target + draft pair, per device")
@@ -138,6 +141,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         # Per-process use on NVIDIA GPUs (NVML); null where there is no NVIDIA driver or no nvidia-ml-py.
         "nvml": _nvml_json(),
     }
+    models = [_model_report(Path(m)) for m in args.model]
+    if models:
+        data["models"] = models
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -164,7 +170,28 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         print(unused.message())
     elif data["budget"] == "ram":
         print("no GPU device: the memory meter budgets system RAM")
-    return 0
+    for m in models:
+        if m["error"]:
+            print(f"model {m['path']}: {m['error']}")
+            continue
+        head = "; MTP head: --mode mtp drafts with it" if m["mtp_layers"] else "; no MTP head"
+        print(f"model {Path(m['path']).name} ({m['architecture']}): {m['cache']}: {m['rollback']}{head}")
+    return 1 if any(m["error"] for m in models) else 0
+
+
+def _model_report(path: Path) -> dict[str, Any]:
+    """What `doctor -m` says of one model: its cache kind and rollback, its MTP head, or why it cannot be read."""
+    from app.models.cache_kind import cache_kind, mtp_note
+    from app.models.gguf_meta import nextn_layers
+
+    try:
+        info = read_gguf(path)
+    except GGUFError as e:
+        return {"path": str(path), "error": str(e)}
+    kind = cache_kind(info)
+    return {"path": str(path), "error": None, "architecture": info.architecture, "cache": kind.kind,
+            "rollback": kind.rollback(), "sliding_window": kind.window or None, "state_snapshots": kind.snapshots,
+            "mtp_layers": nextn_layers(info), "mtp_note": mtp_note(info) or None}
 
 
 def _nvml_json() -> list[dict[str, Any]] | None:
