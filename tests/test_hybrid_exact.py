@@ -20,6 +20,7 @@ from app.engine.pair_config import PairConfig
 from app.engine.session import GenParams, SpecSession
 from app.engine.spec_params import SpecParams
 from app.llama_backend.core import ContextConfig, LlamaContext, LlamaModel, ModelConfig
+from app.models.cache_kind import SNAPSHOT_TOKENS
 from tests.tiny_gguf import write_lfm2, write_mamba
 
 N_VOCAB = 16
@@ -64,7 +65,8 @@ def test_every_kind_of_cut_leaves_the_state_of_the_kept_tokens(files, name):
     toks = _tokens(40, seed=3)
     try:
         assert model.recurrent and model.hybrid == (name == "lfm2")
-        assert ctx.n_rs_seq == (16 if name == "lfm2" else 0)  # llama.cpp keeps snapshots for LFM2, not for Mamba
+        # llama.cpp keeps snapshots for LFM2, not for Mamba
+        assert ctx.n_rs_seq == (SNAPSHOT_TOKENS if name == "lfm2" else 0)
         ctx.decode(toks[:20])
         ctx.decode(toks[20:26], logits_for="all")  # a verify of 5 drafts ...
         ctx.truncate(22)  # ... 1 accepted
@@ -210,7 +212,8 @@ def test_check_pair_says_how_each_model_is_rolled_back(files):
 
 def test_the_memory_meter_counts_the_state_and_only_the_attention_layers_kv(files):
     """LFM2 "cacac": KV rows for its 2 attention layers only; its 3 short-convolution layers keep (l_cache - 1) x
-    n_embd floats each, 17 times (the state and llama.cpp's 16 rollback snapshots). Mamba: a state, no KV."""
+    n_embd floats each, 1 + SNAPSHOT_TOKENS times (the state and llama.cpp's rollback snapshots). Mamba: a state,
+    no KV."""
     from app.memory.predict import ModelSettings, predict_model
     from app.models.gguf_meta import read_gguf
 
@@ -221,6 +224,6 @@ def test_the_memory_meter_counts_the_state_and_only_the_attention_layers_kv(file
     lfm2 = cache(files["lfm2"])
     head_dim, n_head_kv = 64 // 4, 2
     assert lfm2["CPU KV"] == 2 * 2 * 256 * n_head_kv * head_dim * 2  # layers x (K, V) x cells x row x f16
-    assert lfm2["CPU recurrent state"] == 3 * (64 * 2) * 4 * 17
+    assert lfm2["CPU recurrent state"] == 3 * (64 * 2) * 4 * (1 + SNAPSHOT_TOKENS)
     mamba = cache(files["mamba"])
     assert "CPU KV" not in mamba and mamba["CPU recurrent state"] == 2 * (3 * 64 + 8 * 64) * 4

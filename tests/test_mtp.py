@@ -143,13 +143,13 @@ def test_check_pair_names_the_mtp_head(files):
 def test_the_memory_meter_leaves_the_mtp_block_out_of_the_targets_caches(files):
     """Qwen3.5-style: 3 delta-net layers (a recurrent state each), 1 full-attention layer (KV), then the NextN
     block, whose cache lives in the MTP context, not the target's."""
-    from app.models.cache_kind import state_layout
+    from app.models.cache_kind import SNAPSHOT_TOKENS, state_layout
     from app.models.gguf_meta import read_gguf
 
     layout = state_layout(read_gguf(files["random"]))
     assert layout.attention == (False, False, False, True, False)
     assert layout.recurrent == (True, True, True, False, False)
-    assert layout.snapshots == 16
+    assert layout.snapshots == SNAPSHOT_TOKENS
 
 
 def test_auto_picks_the_mtp_head_on_a_gpu_build_only():

@@ -20,6 +20,7 @@ import llama_cpp
 import numpy as np
 
 from app.llama_backend import backend_modules
+from app.models.cache_kind import SNAPSHOT_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -200,9 +201,10 @@ class ContextConfig:
     swa_full: bool = True
     # Recurrent and hybrid models (Mamba, LFM2, Qwen3.5 ...): llama.cpp keeps the recurrent state after each of a
     # decode's last n_rs_seq tokens, so a rollback of up to that many tokens is a pointer move (its n_rs_seq;
-    # architectures without these snapshots get 0). Each one is another copy of the recurrent state; a longer cut,
-    # or one on an architecture without snapshots, restores a checkpoint and replays (LlamaContext.truncate).
-    n_rs_seq: int = 16
+    # architectures without these snapshots get 0). Each one is another copy of the recurrent state (Qwen3.6-27B:
+    # ~160 MB), so they cover the drafts of the default K (6) and a little more, not long copies: a longer cut, or
+    # one on an architecture without snapshots, restores a checkpoint and replays (LlamaContext.truncate).
+    n_rs_seq: int = SNAPSHOT_TOKENS
 
 
 _GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}

@@ -26,7 +26,7 @@ SNAPSHOT_ARCHS = frozenset({
     "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe", "lfm2",
     "lfm2moe", "bailingmoe3",
 })
-SNAPSHOT_TOKENS = 16  # ContextConfig.n_rs_seq: the longest rollback a snapshot serves
+SNAPSHOT_TOKENS = 8  # ContextConfig.n_rs_seq: the longest rollback a snapshot serves (K <= 8 drafts)
 
 
 @dataclass(frozen=True, slots=True)
