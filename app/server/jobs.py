@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -84,7 +84,7 @@ def run_job(session: SpecSession, job: Job) -> FinishEvent | None:
                                 f"{spec.max_tokens} in the completion). Reduce the length of the {param} or "
                                 "max_tokens.", "max_tokens", "context_length_exceeded")
         n_predict = spec.max_tokens if spec.max_tokens is not None else room
-        prediction = _prediction(session, spec.prediction)
+        prediction = session.prediction_tokens(spec.prediction) if spec.prediction else None
         job.deliver(Started(len(prompt), n_predict, (time.monotonic() - job.submitted) * 1000.0))
         params = GenParams(spec.params.mode, n_predict, spec.params.sampling, spec.params.spec)
         if not spec.cache_prompt:
@@ -115,8 +115,3 @@ def _prompt(session: SpecSession, spec: JobSpec) -> list[int]:
         raise ApiError(400, "The prompt is empty.", "prompt", "invalid_value")
     return tokens
 
-
-def _prediction(session: SpecSession, text: str | None) -> Sequence[int] | None:
-    if not text:
-        return None
-    return session.prediction_tokens(text)
