@@ -176,3 +176,19 @@ def test_doctor_describes_a_hybrid_mtp_model_and_names_a_missing_file(files, tmp
     assert text.returncode == 1
     assert "(qwen35): hybrid: rollback by llama.cpp's state snapshots" in text.stdout
     assert "MTP head: --mode mtp drafts with it" in text.stdout and "missing.gguf" in text.stdout
+
+
+def test_the_memory_meter_counts_the_mtp_heads_cache(files):
+    """The MTP context (mode mtp) holds a KV cache of the target's size for the NextN block: counted beside the
+    target's own KV (1 attention layer here) and recurrent state."""
+    from app.memory.predict import ModelSettings, predict_model
+    from app.models.gguf_meta import read_gguf
+
+    def cache(path: Path) -> dict[str, int]:
+        prediction = predict_model(read_gguf(path), ModelSettings(n_ctx=256, type_k="f16", type_v="f16"))
+        return {b.label: b.bytes for b in prediction.buffers if b.kind == "kv"}
+
+    with_head = cache(files["random"])
+    per_layer = 2 * 256 * 2 * 16 * 2  # (K, V) x cells x (2 KV heads x 16) x f16
+    assert with_head["CPU KV"] == per_layer and with_head["CPU KV (MTP head)"] == per_layer
+    assert "CPU KV (MTP head)" not in cache(files["no_head"])

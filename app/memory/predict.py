@@ -36,7 +36,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.memory.shape import PredictionError, Shape, ShapeTensor
 from app.models.cache_kind import StateLayout, state_layout
-from app.models.gguf_meta import GGUFInfo, TensorInfo
+from app.models.gguf_meta import GGUFInfo, TensorInfo, nextn_layers
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -258,6 +258,11 @@ def predict_model(
             state[dev] = state.get(dev, 0) + state_per_layer
     buffers += [Buffer("kv", d, b, f"{d} KV") for d, b in kv.items()]
     buffers += [Buffer("kv", d, b, f"{d} recurrent state") for d, b in state.items()]
+    # A model with MTP (NextN) layers loads them too, and mode mtp opens a context of its own for them: their KV
+    # cache, the target's size, beside the last layer.
+    if nextn_layers(info) and place.layer_device:
+        dev = place.layer_device[-1] if settings.offload_kqv else "CPU"
+        buffers.append(Buffer("kv", dev, kv_per_layer * nextn_layers(info), f"{dev} KV (MTP head)"))
 
     n_out = max(settings.n_outputs, settings.n_seq_max, 1)
     buffers.append(Buffer("output", "CPU", n_out * shape.n_vocab * 4, "output (logits)"))
