@@ -12,8 +12,10 @@ How long a proposal may be, and whether drafting runs at all, is the policy's ca
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+
+import numpy as np
 
 from app.engine.ngram import NgramParams, PromptLookup
 from app.engine.penalties import PenaltyWindow
@@ -145,6 +147,19 @@ CATCH_UP_ONE_ROW_MAX = 8
 STEP_SYNC = 2
 
 
+def draft_pick(logits: np.ndarray, sampling: SamplingParams, noise: SampleNoise, position: int,
+               top: Callable[[np.ndarray], tuple[int, float]] = top_prob) -> tuple[int, float, Dist | None]:
+    """A model drafter's token at context `position`, its confidence (what --draft-p-min cuts at) and, sampled,
+    the distribution it came from. Greedy: the top token, its probability as `top` measures it; sampled: the
+    coupled sample of the drafter's own distribution, which the target samples with the same noise, so its choice
+    matches when p ~ q."""
+    if sampling.greedy:
+        token, confidence = top(logits)
+        return token, confidence, None
+    q = distribution(logits, sampling)
+    return noise.sample(q, position), float(q.probs[0]), q
+
+
 class ModelDrafter(ProposerBase):
     """Drafts with a small model. Stops early when its confidence falls below p_min. With penalties, each
     draft position is penalised as the target will penalise it (context plus the tokens drafted before
@@ -209,18 +224,12 @@ class ModelDrafter(ProposerBase):
         dists: list[Dist] = []
         for i in range(k):
             logits = self.ctx.logits(-1) if window is None else window.apply(self.ctx.logits(-1))
-            if sampling.greedy:
-                token, confidence = top_prob(logits)
-            else:
-                q = distribution(logits, sampling)
-                # The target samples this position with the same noise, so its choice matches when p ~ q.
-                token, confidence = noise.sample(q, len(context) + i), float(q.probs[0])
-                dists.append(q)
+            token, confidence, q = draft_pick(logits, sampling, noise, len(context) + i)
             if i >= self.draft_min and confidence < self.p_min:
-                if not sampling.greedy:
-                    dists.pop()
                 break
             tokens.append(token)
+            if q is not None:
+                dists.append(q)
             if i == k - 1:
                 break  # the target verifies it; no need to extend the draft cache
             self.ctx.decode([token], logits_for="last")

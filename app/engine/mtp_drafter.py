@@ -15,8 +15,9 @@ import time
 
 import numpy as np
 
+from app.engine.drafters import draft_pick
 from app.engine.proposal import NO_PROPOSAL, Proposal, ProposerBase
-from app.engine.sampling import Dist, SampleNoise, SamplingParams, distribution
+from app.engine.sampling import Dist, SampleNoise, SamplingParams
 from app.llama_backend.mtp import MtpContext
 
 __all__ = ["MtpDrafter"]
@@ -60,16 +61,11 @@ class MtpDrafter(ProposerBase):
         dists: list[Dist] = []
         for i in range(k):
             logits, h = head.draft_logits(token, h)
-            if sampling.greedy:
-                token, confidence = top10_prob(logits)
-            else:
-                q = distribution(logits, sampling)
-                token, confidence = noise.sample(q, len(context) + i), float(q.probs[0])
-                dists.append(q)
+            token, confidence, q = draft_pick(logits, sampling, noise, len(context) + i, top10_prob)
             if i >= self.draft_min and confidence < self.p_min:
-                if dists:
-                    dists.pop()
                 break
             tokens.append(token)
+            if q is not None:
+                dists.append(q)
         q_out = tuple(dists) if not sampling.greedy else None
         return Proposal(tuple(tokens), q_out, (time.perf_counter() - start) * 1000.0, head=True)
