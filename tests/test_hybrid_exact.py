@@ -21,6 +21,7 @@ from app.engine.session import GenParams, SpecSession
 from app.engine.spec_params import SpecParams
 from app.llama_backend.core import ContextConfig, LlamaContext, LlamaModel, ModelConfig
 from app.models.cache_kind import SNAPSHOT_TOKENS
+from tests.test_recurrent_cache import _logits_after
 from tests.tiny_gguf import write_lfm2, write_mamba
 
 N_VOCAB = 16
@@ -39,15 +40,6 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _tokens(n: int, seed: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(3, N_VOCAB, n)]
-
-
-def _logits_after(model: LlamaModel, tokens: list[int]) -> np.ndarray:
-    ctx = LlamaContext(model, ContextConfig(n_ctx=256))
-    try:
-        ctx.decode(tokens)
-        return np.array(ctx.logits(-1))
-    finally:
-        ctx.close()
 
 
 def _next_logits(ctx: LlamaContext, token: int) -> np.ndarray:

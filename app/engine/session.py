@@ -28,6 +28,7 @@ from app.engine.drafters import (
 from app.engine.events import Event, FinishEvent
 from app.engine.memory_plan import check_fits, placing_for, predict_for_config
 from app.engine.mtp_drafter import MtpDrafter
+from app.engine.ngram_index import common_prefix
 from app.engine.pair_config import PairConfig
 from app.engine.prediction import PredictionProposer
 from app.engine.prompt_cache import PromptCache
@@ -233,9 +234,7 @@ class SpecSession:
         if self.target_ctx.follower is head:
             return
         target = self.target_ctx
-        common = 0
-        while common < min(len(head.tokens), target.n_past) and head.tokens[common] == target.tokens[common]:
-            common += 1
+        common = common_prefix(head.tokens, target.tokens)
         head.cut(common)
         if target.n_past > max(common - 1, 0):
             target.truncate(max(common - 1, 0))

@@ -16,6 +16,7 @@ llama-cpp-python: they are looked up here by their C++ names, and a build withou
 from __future__ import annotations
 
 import ctypes
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -180,8 +181,6 @@ class MtpContext:
         return self._pending
 
     def _decode(self, tokens: list[int], start: int, h: np.ndarray, outputs: bool) -> None:
-        import time
-
         batch = self._batch
         llama_cpp.llama_batch_ext_clear(batch)
         h = np.ascontiguousarray(h, dtype=np.float32)

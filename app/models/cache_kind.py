@@ -76,10 +76,6 @@ class StateLayout:
     state_floats: int  # per recurrent layer and sequence: conv state + SSM/WKV state
     snapshots: int  # extra copies llama.cpp keeps for rollback (ContextConfig.n_rs_seq where it has them)
 
-    @property
-    def state_bytes(self) -> int:
-        return sum(self.recurrent) * self.state_floats * 4 * (1 + self.snapshots)
-
 
 def state_layout(info: GGUFInfo) -> StateLayout:
     """Per-layer caches of `info`'s model. An attention model: every layer a KV cache, no state. A hybrid whose
