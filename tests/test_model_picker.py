@@ -46,10 +46,24 @@ def folder(tmp_path: Path, target_path: Path, draft_path: Path, smol_path: Path,
 
 
 def make_dialog(qtbot, folder: Path, **kwargs: object) -> ModelPickerDialog:  # type: ignore[no-untyped-def]
+    """The dialog once its listing (and the preselected target's pair checks) are in."""
     dialog = ModelPickerDialog(Settings(), None, folders=[folder], build=GPU_BUILD, device_budgets=GPU_BUDGETS,
                                **kwargs)  # type: ignore[arg-type]  # fmt: skip
     qtbot.addWidget(dialog)
+    settle(qtbot, dialog)
     return dialog
+
+
+def settle(qtbot, dialog: ModelPickerDialog) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the dialog's background work (listing, pair checks, the meter's update) is in."""
+    qtbot.waitUntil(lambda: not dialog.busy(), timeout=30000)
+
+
+def choose_target(qtbot, dialog: ModelPickerDialog, path: Path) -> bool:  # type: ignore[no-untyped-def]
+    """Select the target as a click does, and wait for its drafts to be checked."""
+    selected = dialog.targets.select(path)
+    settle(qtbot, dialog)
+    return selected
 
 
 def test_lists_local_models_with_their_metadata(qtbot, folder: Path) -> None:  # type: ignore[no-untyped-def]
@@ -66,6 +80,8 @@ def test_picking_the_target_sorts_drafts_and_greys_the_mismatch(qtbot, folder: P
                                                                 draft_path: Path, smol_path: Path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
     dialog = make_dialog(qtbot, folder)
     assert dialog.targets.select(folder / target_path.name)
+    assert dialog.drafts.row_texts()[1][-1] == "checking…"  # the pair checks run off the GUI thread
+    settle(qtbot, dialog)
     rows = dialog.drafts.row_texts()
     assert rows[0][0] == "Prompt lookup (no draft model)"
     assert rows[1][0] == draft_path.stem and "1/2.8" in rows[1][-1]
@@ -111,7 +127,7 @@ def test_meter_predicts_what_the_session_will_load(qtbot, folder: Path, target_p
 
 def test_prompt_lookup_is_a_choice_and_ok_emits_it(qtbot, folder: Path, smol_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
     dialog = make_dialog(qtbot, folder)
-    dialog.targets.select(folder / smol_path.name)
+    choose_target(qtbot, dialog, folder / smol_path.name)
     assert dialog.drafts.select(LOOKUP)
     pairs: list[tuple[object, object]] = []
     dialog.pairChosen.connect(lambda target, draft: pairs.append((target, draft)))
@@ -134,10 +150,40 @@ def test_dropping_a_non_gguf_file_names_the_problem(qtbot, folder: Path, tmp_pat
     event = QDropEvent(QPointF(20, 20), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
                        Qt.KeyboardModifier.NoModifier)  # fmt: skip
     dialog.dropEvent(event)
+    settle(qtbot, dialog)
     errors = dialog.errors.text()
     assert f"{notes}: not a GGUF file" in errors
     assert f"{truncated}: truncated file" in errors
     assert len(dialog.targets.row_texts()) == 3  # the good models are still listed
+
+
+def test_a_failing_job_becomes_the_error_text(qtbot, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    from ui.picker import model_picker
+
+    def broken(*_args: object) -> None:
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(model_picker, "scan", broken)
+    dialog = make_dialog(qtbot, folder)  # no exception reaches the GUI thread
+    assert dialog.errors.text() == "Could not list the models: OSError: the disk went away"
+    assert dialog.targets.row_texts() == [] and "Scanning" not in dialog.status.text()
+
+
+def test_a_dialog_closed_while_its_jobs_run_is_left_alone(qtbot, folder: Path) -> None:  # type: ignore[no-untyped-def]
+    """Its jobs (the device query here too) finish after the dialog is gone, and their results go nowhere."""
+    import threading
+
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    dialog = ModelPickerDialog(Settings(), None, folders=[folder])
+    dialog.show()
+    assert dialog.busy() and "Scanning models…" in dialog.status.text()
+    dialog.close()
+    dialog.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    qtbot.waitUntil(lambda: not any(t.name.startswith("picker-") for t in threading.enumerate()), timeout=30000)
+    qtbot.wait(50)  # the jobs' queued results are delivered (to no one)
+    assert len(make_dialog(qtbot, folder).targets.row_texts()) == 3  # and the next dialog works
 
 
 # --- recommended pairs ---------------------------------------------------------------------------------
@@ -195,6 +241,7 @@ def test_pair_download_and_cancel_run_without_blocking(qtbot, qloop, folder: Pat
     assert fake_hub.requests("cdn", "GET")[-2].range is not None  # the target resumed
     assert tab.table.topLevelItem(0).text(4) == "downloaded"
     qtbot.waitUntil(lambda: tab.panel.bar_value("target") == 1.0, timeout=5000)
+    settle(qtbot, dialog)
     assert dialog.targets.current() == got.target and dialog.drafts.current() == got.draft
 
 
@@ -206,6 +253,7 @@ def test_open_picker_and_its_picture(qtbot, folder: Path, target_path: Path, tmp
     settings = Settings(target_path=str(folder / target_path.name), mode="lookup", n_ctx=8192)
     dialog = open_picker(None, settings, folders=[folder], build=GPU_BUILD, device_budgets=GPU_BUDGETS)
     qtbot.addWidget(dialog)
+    settle(qtbot, dialog)
     assert dialog.isVisible() and dialog.current_choice() == PickerChoice(folder / target_path.name, None, "lookup",
                                                                           -1, -1, 8192)  # fmt: skip
     picture = grab_picker(tmp_path / "picker.png", settings, folders=[folder], build=GPU_BUILD,
@@ -227,6 +275,7 @@ def test_hub_search_lists_repos_and_files_and_downloads_one(qtbot, qloop, folder
     assert tab.files.topLevelItem(0).text(0) == smol_path.name and tab.files.topLevelItem(0).text(1) == "0.10 GB"
     path = qloop.run_until_complete(tab.download("test/smol-GGUF", smol_path.name))
     assert path is not None and path.is_relative_to(tmp_path / "hub-cache")
-    assert str(path) in {str(r) for r in dialog._entries}  # listed in the local tab at once
+    settle(qtbot, dialog)
+    assert str(path) in {str(r) for r in dialog._entries}  # listed in the local tab once scanned
     qloop.run_until_complete(tab.list_files("test/nope"))
     assert "repository test/nope not found" in tab.error.text()

@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtGui import QColor, QPalette
 
 from ui.base.message_bar import LEVEL_STYLES, MessageBar
-from ui.base.tints import contrast
+from ui.base.tints import TEXT_COLOURS, contrast, style_text, text_colour
 from ui.chat.compare_view import BADGE_STYLES, CompareView
 from ui.shell.theme import DARK
 
@@ -35,6 +35,22 @@ def test_message_bar_reads_on_both_themes(qtbot: Any, level: str) -> None:
         assert f"background: {bg}" in bar.styleSheet()
     assert QColor(dark.colours[0]).lightness() < 100 < QColor(dark.colours[1]).lightness()
     assert QColor(light.colours[0]).lightness() > 200
+
+
+@pytest.mark.parametrize("kind", sorted(TEXT_COLOURS))
+def test_coloured_text_reads_on_both_themes(qtbot: Any, kind: str) -> None:
+    """Errors, good and warning hints (the picker's lists and findings): 4.5:1 on either window, set by
+    palette (a label's style sheet ignored the theme)."""
+    from PySide6.QtWidgets import QLabel
+
+    for palette, window in ((_dark(), DARK[QPalette.ColorRole.Window]), (QPalette(QColor("#F5F5F5")), "#F5F5F5")):
+        label = QLabel("text")
+        qtbot.addWidget(label)
+        label.setPalette(palette)
+        style_text(label, kind, bold=True)
+        shown = label.palette().color(QPalette.ColorRole.WindowText).name()
+        assert shown == text_colour(kind, palette).name() and label.font().bold() and not label.styleSheet()
+        assert contrast(shown, window) >= 4.5, (kind, shown, window)
 
 
 def test_compare_badges_read_on_the_dark_theme(qtbot: Any) -> None:

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 from app import paths
 from app.models import hub
 from app.models.hub_support import DownloadProgress, HubCancelled, HubError
+from ui.base.tints import style_text
 from ui.picker.download_panel import DownloadPanel
 
 _DATA = Qt.ItemDataRole.UserRole
@@ -60,7 +61,7 @@ class HubSearch(QWidget):
         self.panel = DownloadPanel()
         self.error = QLabel()
         self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #b42318;")
+        style_text(self.error, "error")
 
         top = QHBoxLayout()
         top.addWidget(self.query, 1)

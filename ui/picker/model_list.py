@@ -2,7 +2,8 @@
 
 The draft column also shows, once a target is chosen, each draft's fit: compatible drafts first, with
 their size ratio to the target and a hint; incompatible ones stay listed, greyed and not selectable,
-with the pair doctor's exact reason, so the list is never mysteriously empty.
+with the pair doctor's exact reason, so the list is never mysteriously empty. While the dialog still
+checks the pairs (off the GUI thread), their fit reads "checking…".
 """
 
 from __future__ import annotations
@@ -10,19 +11,26 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QFont
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTreeWidget, QTreeWidgetItem, QWidget
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QSize, Qt, Signal
+from PySide6.QtGui import QBrush, QFont, QPalette
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QWidget,
+)
 
 from app.models.library import LibraryEntry
 from app.models.pair_doctor import PairReport
+from ui.base.tints import text_colour
 
 LOOKUP = "lookup"  # the draft column's "Prompt lookup (no draft model)" row
 COLUMNS = ("Model", "Arch", "Params", "Quant", "Context", "Size", "Tokenizer")
 _PATH_ROLE = Qt.ItemDataRole.UserRole
-_GREY = QColor("#8a8a8a")
-_GOOD = QColor("#1b7f3b")
-_WARN = QColor("#9a6700")
 
 
 def params_text(n: int) -> str:
@@ -47,6 +55,14 @@ def ratio_hint(ratio: float) -> tuple[str, int]:
     return f"{share}: very small, cheap but agrees less", 2
 
 
+class _PaddedRows(QStyledItemDelegate):
+    """Rows 4 px taller than the text: room for underscores in Q4_K_M. A delegate, not a style sheet:
+    a style sheet routes every cell's measuring and painting through Qt's slow style-sheet style."""
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
+        return super().sizeHint(option, index) + QSize(0, 4)
+
+
 class ModelList(QTreeWidget):
     """Local GGUF files, one row each; `chosen` carries the selected path, LOOKUP, or None."""
 
@@ -57,6 +73,7 @@ class ModelList(QTreeWidget):
         self._role = role
         self._entries: list[LibraryEntry] = []
         self._reports: dict[str, PairReport] = {}
+        self._checking = False
         columns = list(COLUMNS) + (["Fit with the target"] if role == "draft" else [])
         self.setColumnCount(len(columns))
         self.setHeaderLabels(columns)
@@ -65,10 +82,12 @@ class ModelList(QTreeWidget):
         self.setAlternatingRowColors(True)
         self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.setAccessibleName(f"{role} models")
-        self.setStyleSheet("QTreeView::item { padding: 2px 0px; }")  # room for underscores in Q4_K_M
+        self.setItemDelegate(_PaddedRows(self))
         header = self.header()
         header.setStretchLastSection(True)
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # Widths set from the texts at each rebuild (`_fit_columns`), not ResizeToContents: that mode
+        # measures every cell again at each resize and relayout of the list, tens of ms on the GUI thread.
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.itemSelectionChanged.connect(self._on_self_itemSelectionChanged)
 
     # --- public API -------------------------------------------------------------------------------
@@ -78,9 +97,11 @@ class ModelList(QTreeWidget):
         self._entries = [e for e in entries if e.ok]
         self._rebuild()
 
-    def set_reports(self, reports: dict[str, PairReport] | None) -> None:
-        """Pair reports keyed by draft path (str) for the chosen target; None when no target is chosen."""
+    def set_reports(self, reports: dict[str, PairReport] | None, checking: bool = False) -> None:
+        """Pair reports keyed by draft path (str) for the chosen target; None when no target is chosen.
+        `checking`: the missing ones are on their way."""
         self._reports = dict(reports or {})
+        self._checking = checking
         self._rebuild()
 
     def current(self) -> Path | str | None:
@@ -119,16 +140,27 @@ class ModelList(QTreeWidget):
     # --- internals --------------------------------------------------------------------------------
 
     def _rebuild(self) -> None:
+        """All rows again; `chosen` only if the selected one is gone or greyed now."""
         keep = self.current()
         self.blockSignals(True)
         self.clear()
-        if self._role == "draft":
-            self.addTopLevelItem(self._lookup_item())
-        for entry in self._sorted():
-            self.addTopLevelItem(self._item(entry))
+        items = [self._lookup_item()] if self._role == "draft" else []
+        self.addTopLevelItems(items + [self._item(entry) for entry in self._sorted()])
+        self._fit_columns()
+        kept = keep is None or self.select(keep)
         self.blockSignals(False)
-        if keep is not None and not self.select(keep):
+        if not kept:
             self.chosen.emit(None)
+
+    def _fit_columns(self) -> None:
+        """Each column as wide as its widest text (header included), the last one stretched."""
+        header = self.header()
+        fm, bold = self.fontMetrics(), header.fontMetrics()
+        pad = 2 * self.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin) + 16
+        for c in range(self.columnCount() - 1):
+            texts = (self.topLevelItem(i).text(c) for i in range(self.topLevelItemCount()))  # type: ignore[union-attr]
+            wide = max((fm.horizontalAdvance(t) for t in texts), default=0)
+            header.resizeSection(c, max(wide, bold.horizontalAdvance(self.headerItem().text(c)) + 8) + pad)
 
     def _sorted(self) -> list[LibraryEntry]:
         if not self._reports:
@@ -167,11 +199,12 @@ class ModelList(QTreeWidget):
         item.setToolTip(0, f"{i.name}\n{e.path}\n{i.n_layer} layers, vocabulary {i.vocab_size:,} ({i.vocab_type})")
         if report is not None and not report.compatible:
             item.setFlags(Qt.ItemFlag.ItemIsEnabled)  # listed, not selectable
+            grey = self.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text)
             for c in range(self.columnCount()):
-                item.setForeground(c, QBrush(_GREY))
+                item.setForeground(c, QBrush(grey))
             item.setToolTip(len(texts) - 1, report.reason or "")
         elif report is not None:
-            colour = _GOOD if ratio_hint(report.size_ratio or 1.0)[1] <= 1 else _WARN
+            colour = text_colour("good" if ratio_hint(report.size_ratio or 1.0)[1] <= 1 else "warn", self.palette())
             item.setForeground(len(texts) - 1, QBrush(colour))
             notes = [f.message for f in report.findings if f.severity != "informs"]
             item.setToolTip(len(texts) - 1, "\n".join(notes) or "compatible")
@@ -179,7 +212,7 @@ class ModelList(QTreeWidget):
 
     def _fit_text(self, report: PairReport | None) -> str:
         if report is None:
-            return "pick a target first" if not self._reports else ""
+            return "checking…" if self._checking else "pick a target first" if not self._reports else ""
         if not report.compatible:
             return f"incompatible: {report.reason}"
         return ratio_hint(report.size_ratio or 1.0)[0]

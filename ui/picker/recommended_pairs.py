@@ -33,6 +33,7 @@ from app.models.catalog import PAIRS, CatalogPair
 from app.models.hub import Destination, hub_cache_dir
 from app.models.hub_support import DownloadProgress, HubCancelled, HubError
 from app.models.pair_fetch import PairPaths, fetch_pair, local_pair
+from ui.base.tints import style_text
 from ui.picker.download_panel import DownloadPanel
 
 _NAME_ROLE = Qt.ItemDataRole.UserRole
@@ -77,7 +78,7 @@ class RecommendedPairs(QWidget):
         self.panel = DownloadPanel()
         self.error = QLabel()
         self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #b42318;")
+        style_text(self.error, "error")
         self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         row = QHBoxLayout()

@@ -147,10 +147,21 @@ class Script(QObject):
             if args.prompt:
                 window.submit(args.prompt)
         if args.open_picker or pair is None:
-            # First launch without models (or asked): the picker. Its lists fill on their own, so
-            # a picture of it waits a moment.
+            # First launch without models (or asked): the picker. Its lists and checks fill off the GUI
+            # thread: a picture of it waits until they are in (`settled`), a minute at most.
             dialog = window.open_picker()
-            QTimer.singleShot(1500, lambda: self._finish(dialog))
+            once = [False]
+
+            def finish() -> None:
+                if not once[0]:
+                    once[0] = True
+                    QTimer.singleShot(200, lambda: self._finish(dialog))  # the paint of the last results
+
+            if dialog is not None and getattr(dialog, "busy", lambda: False)():
+                dialog.settled.connect(finish)
+                QTimer.singleShot(60_000, finish)
+            else:
+                finish()
 
     @Slot(object)
     def _on_window_modelsLoaded(self, _info: Any) -> None:

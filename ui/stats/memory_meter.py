@@ -91,10 +91,13 @@ class MemoryMeter(PaintedWidget):
 
     stateChanged = Signal(str)  # "ok", "tight" or "over"
 
-    def __init__(self, parent: QWidget | None = None, compact: bool = False) -> None:
+    def __init__(self, parent: QWidget | None = None, compact: bool = False, reserve_rows: int = 0) -> None:
         super().__init__(parent)
         self.setAccessibleName("Memory budget of the two models")
         self._compact = compact
+        # Rows whose height is kept even while empty: a meter in a dialog then never changes its height as
+        # values arrive, and the dialog is not laid out again (a stall of tens of ms on a slow machine).
+        self._reserve_rows = reserve_rows
         self._values: dict[str, int] = dict.fromkeys(SEGMENTS, 0)
         self._measured: dict[str, int] | None = None
         self._overhead_source = "NVML"
@@ -274,12 +277,15 @@ class MemoryMeter(PaintedWidget):
         bar = 10 if self._compact else 22
         measured = self._measured or {}
         rows = 0 if self._compact else sum(1 for k in SEGMENTS if self._values.get(k) or measured.get(k))
+        rows = max(rows, 0 if self._compact else self._reserve_rows)
         lines = len(self.compact_lines()) if self._compact else 1
         return 4 + bar + 3 + lines * fm.height() + rows * (fm.height() + 2) + 4
 
     def _update_geometry(self) -> None:
-        self.setFixedHeight(self._height())
-        self.updateGeometry()
+        height = self._height()
+        if height != self.height() or self.minimumHeight() != height:  # unchanged: no relayout to ask for
+            self.setFixedHeight(height)
+            self.updateGeometry()
 
     def _bar_rect(self) -> QRectF:
         return QRectF(4, 4, max(self.width() - 8, 1), 10 if self._compact else 22)
