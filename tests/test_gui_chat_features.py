@@ -156,6 +156,14 @@ def test_menu_bar_holds_every_action_with_its_shortcut(window: Any) -> None:
                  "Replay side by side", "Colour tokens by fate", "Show rejected drafts", "Mode: lookup",
                  "About SpecChat…", "Undo delete"):
         assert name in actions, name
+    # Each action is declared once (ui.shell.actions): its menu entry has the declared shortcut, and no text twice.
+    from PySide6.QtGui import QKeySequence
+
+    from ui.shell.actions import COMMANDS
+
+    assert len({c.text for c in COMMANDS}) == len(COMMANDS) == len(registered)
+    for command in COMMANDS:
+        assert actions[command.text].shortcut() == QKeySequence(command.shortcut or ""), command.text
 
 
 def test_menu_entries_drive_the_same_controls(window: Any, qtbot: Any) -> None:
