@@ -41,7 +41,7 @@ def _submit(window: Any, qtbot: Any, text: str) -> FinishEvent:
     with qtbot.waitSignal(window.generationFinished, timeout=REPLY_TIMEOUT_MS) as blocker:
         assert window.submit(text)
     assert blocker.args == [True], window.errors.text()
-    name = "spec" if window.compare_action.isChecked() else "chat"
+    name = "spec" if window.commands.compare.isChecked() else "chat"
     return window.controller.last_finish[name]
 
 
@@ -160,7 +160,7 @@ def test_stop_while_the_draft_model_processes_the_prompt(window: Any, qtbot: Any
             stops.append(done)
             window.stop_button.click()  # as the user would, while the bar says "(draft model)"
 
-    window._on_new_action_triggered()
+    window.commands.new.trigger()
     window.controller.prefillProgress.connect(stop_at_the_draft)
     try:
         with qtbot.waitSignal(window.generationFinished, timeout=REPLY_TIMEOUT_MS):
@@ -209,12 +209,12 @@ def test_stop_mid_reply_leaves_a_consistent_transcript(window: Any, qtbot: Any) 
 
 def test_side_by_side_comparison(window: Any, qtbot: Any) -> None:
     window.settings = replace(window.settings, n_predict=16)
-    window.compare_action.setChecked(True)
+    window.commands.compare.setChecked(True)
     assert window.stack.currentWidget() is window.compare_view
     try:
         spec = _submit(window, qtbot, "Write a Python function that adds two numbers.")
     finally:
-        window.compare_action.setChecked(False)
+        window.commands.compare.setChecked(False)
         window.settings = replace(window.settings, n_predict=24)
     plain = window.controller.last_finish["plain"]
     assert plain.stats.mode == "none" and spec.stats.mode == "draft"

@@ -22,7 +22,7 @@ from app.engine.sampling import SamplingParams
 from app.engine.session import GenParams
 from app.settings import Settings
 from tests.gui_support import fragments, gui_home, open_window
-from ui.chat.transcript_view import PROP_ACTION
+from ui.chat.transcript_view import PROP_ACTION, MessageAction
 
 pytestmark = pytest.mark.gui
 REPLY_TIMEOUT_MS = 120_000
@@ -49,7 +49,7 @@ def _controls(window: Any) -> list[str]:
 
 
 def test_system_prompt_is_shown_sent_and_saved(window: Any, qtbot: Any) -> None:
-    window._on_new_action_triggered()
+    window.commands.new.trigger()
     window.set_system_prompt("You answer in one word.")
     assert window.transcript.toPlainText().startswith("System prompt")
     assert "You answer in one word." in window.transcript.toPlainText()
@@ -62,7 +62,7 @@ def test_system_prompt_is_shown_sent_and_saved(window: Any, qtbot: Any) -> None:
 
 
 def test_continue_regenerate_edit_delete(window: Any, qtbot: Any) -> None:
-    window._on_new_action_triggered()
+    window.commands.new.trigger()
     window.set_system_prompt("")
     _wait_reply(window, qtbot, lambda: window.submit("Count from 1 to 100, separated by commas."))
     conv = window.controller.conv
@@ -70,12 +70,12 @@ def test_continue_regenerate_edit_delete(window: Any, qtbot: Any) -> None:
     assert conv.messages[1].stats["finish_reason"] == "length"
     assert "specchat:continue/1" in _controls(window)  # cut by the limit: it offers to go on
 
-    _wait_reply(window, qtbot, lambda: window.transcript.messageAction.emit("continue", 1))
+    _wait_reply(window, qtbot, lambda: window.transcript.messageAction.emit(MessageAction.CONTINUE, 1))
     assert len(conv.messages) == 2 and conv.messages[1].content.startswith(first)
     assert len(conv.messages[1].content) > len(first)
 
     continued = conv.messages[1]
-    _wait_reply(window, qtbot, lambda: window.transcript.messageAction.emit("regenerate", 1))
+    _wait_reply(window, qtbot, lambda: window.transcript.messageAction.emit(MessageAction.REGENERATE, 1))
     # A new reply replaced the old one. (Not asserted equal to `first`: the prompt's KV cache is
     # reused now, so the first token's logits come from a different batch shape; a near-tie may flip.)
     assert len(conv.messages) == 2 and conv.messages[1] is not continued and conv.messages[1].content
@@ -83,19 +83,19 @@ def test_continue_regenerate_edit_delete(window: Any, qtbot: Any) -> None:
 
     before = set(window.store.conversations)
     _wait_reply(window, qtbot, lambda: window.controller.edit_resend(
-        0, "Count from 5 to 9.", window.runs(), window._models(), keep_branch=True))
+        0, "Count from 5 to 9.", window.runs(), window.policy().model_names(), keep_branch=True))
     assert [m.role for m in conv.messages] == ["user", "assistant"]
     assert conv.messages[0].content == "Count from 5 to 9."
     (branch_id,) = set(window.store.conversations) - before
     assert window.store.conversations[branch_id].messages[0].content.startswith("Count from 1 to 100")
 
-    window.transcript.messageAction.emit("delete", 0)
+    window.transcript.messageAction.emit(MessageAction.DELETE, 0)
     assert conv.messages == []
     assert {c.id: c for c in ChatStore(window.store.folder).load_all()}[conv.id].messages == []
 
 
 def test_export_markdown_and_json(window: Any, qtbot: Any, tmp_path: Path) -> None:
-    window._on_new_action_triggered()
+    window.commands.new.trigger()
     _wait_reply(window, qtbot, lambda: window.submit("Say hello."))
     md = window.export_chat("md", tmp_path / "chat.md")
     js = window.export_chat("json", tmp_path / "chat.json")
@@ -106,7 +106,7 @@ def test_export_markdown_and_json(window: Any, qtbot: Any, tmp_path: Path) -> No
 
 
 def _reply_with(window: Any, text: str, ghosts: list[list[Any]] | None = None) -> None:
-    window._on_new_action_triggered()
+    window.commands.new.trigger()
     tokens = [[piece, "t", i] for i, piece in enumerate(text.split("|"))]
     reply = Message("assistant", text.replace("|", ""), tokens=tokens, ghosts=ghosts or [])
     window.transcript.set_messages([Message("user", "q"), reply])
@@ -156,6 +156,14 @@ def test_menu_bar_holds_every_action_with_its_shortcut(window: Any) -> None:
                  "Replay side by side", "Colour tokens by fate", "Show rejected drafts", "Mode: lookup",
                  "About SpecChat…", "Undo delete"):
         assert name in actions, name
+    # Each action is declared once (ui.shell.actions): its menu entry has the declared shortcut, and no text twice.
+    from PySide6.QtGui import QKeySequence
+
+    from ui.shell.actions import COMMANDS
+
+    assert len({c.text for c in COMMANDS}) == len(COMMANDS) == len(registered)
+    for command in COMMANDS:
+        assert actions[command.text].shortcut() == QKeySequence(command.shortcut or ""), command.text
 
 
 def test_menu_entries_drive_the_same_controls(window: Any, qtbot: Any) -> None:
@@ -163,7 +171,7 @@ def test_menu_entries_drive_the_same_controls(window: Any, qtbot: Any) -> None:
     reply copies what the transcript's Copy link copies."""
     from PySide6.QtGui import QGuiApplication
 
-    more = window.more
+    more = window.commands
     more.colours.trigger()
     assert window.legend.colours_box.isChecked() == more.colours.isChecked()
     more.colours.trigger()
@@ -175,7 +183,7 @@ def test_menu_entries_drive_the_same_controls(window: Any, qtbot: Any) -> None:
     assert window.mode_box.currentText() == "none"
     window.mode_box.setCurrentText("lookup")
     assert [a.text() for a in more.modes.actions() if a.isChecked()] == ["Mode: lookup"]
-    window._on_new_action_triggered()
+    window.commands.new.trigger()
     _wait_reply(window, qtbot, lambda: window.submit("Name a tree."))
     more.copy_reply.trigger()
     assert QGuiApplication.clipboard().text() == window.controller.conv.messages[-1].content
@@ -405,7 +413,7 @@ def test_a_prompt_sent_while_models_load_waits_visibly_and_is_never_replaced(
             window.prompt.submit()  # refused, and kept where it was typed
             assert window.queued_prompt() == "first question"
             assert window.prompt.toPlainText() == "second question"
-            window._on_errors_actionTriggered("unqueue")  # "Edit the waiting one": back into the box
+            window.errors.buttons()[0].click()  # "Edit the waiting one": back into the box
             assert window.queued_prompt() is None
             assert window.prompt.toPlainText() == "first question\n\nsecond question"
             window.prompt.setPlainText("third")
@@ -418,7 +426,7 @@ def test_a_prompt_sent_while_models_load_waits_visibly_and_is_never_replaced(
 
 
 def test_processing_prompt_state_between_send_and_the_first_token(window: Any, qtbot: Any) -> None:
-    window._on_new_action_triggered()
+    window.commands.new.trigger()
     seen: list[tuple[int, int]] = []
     window.controller.prefillProgress.connect(lambda done, total, _model: seen.append((done, total)))
     shown: list[str] = []
@@ -529,7 +537,7 @@ def test_a_chat_set_to_greedy_replies_greedily_whatever_the_default(window: Any,
     started: list[Any] = []
     window.worker.runStarted.connect(lambda _name, params: started.append(params))
     try:
-        window._on_new_action_triggered()
+        window.commands.new.trigger()
         assert box.preset() is None and box.currentText() == "Default (recommended)"
         box.setCurrentIndex(box.findData("greedy"))  # chosen before the chat's first message
         assert box.effective() == "greedy" and "greedy" in box.toolTip()
@@ -553,7 +561,7 @@ def test_a_chat_set_to_greedy_replies_greedily_whatever_the_default(window: Any,
         assert any(len(record) == 5 for record in conv.messages[3].tokens)  # sampled: p and q recorded
 
         box.setCurrentIndex(box.findData("greedy"))
-        window._on_new_action_triggered()
+        window.commands.new.trigger()
         assert box.preset() is None  # a new chat starts on the default...
         window.controller.select(conv.id)
         assert box.preset() == "greedy" and box.effective() == "greedy"  # ...and each chat keeps its own
@@ -573,7 +581,7 @@ def test_a_follow_up_reuses_the_ids_of_a_sampled_reply(window: Any, qtbot: Any, 
         e for e in events if isinstance(e, PrefillEvent) and e.model == "target"))
     hot = SamplingParams(temperature=1.6, top_k=0, top_p=1.0, min_p=0.0)
     for seed in range(12):
-        window._on_new_action_triggered()
+        window.commands.new.trigger()
         runs = [("chat", GenParams("none", 48, sampling=replace(hot, seed=seed)))]
         monkeypatch.setattr(window, "runs", lambda runs=runs: runs)
         _wait_reply(window, qtbot, lambda: window.submit("Write a short poem about rivers."))
@@ -594,13 +602,13 @@ def test_a_follow_up_reuses_the_ids_of_a_sampled_reply(window: Any, qtbot: Any, 
 def test_regenerate_after_a_kept_prompt_answers_it(window: Any, qtbot: Any) -> None:
     """Ctrl+R with a prompt left unanswered (what a dismissed overflow bar keeps) answers that prompt; it used to
     regenerate the reply before it, whose truncate deleted the kept prompt."""
-    window._on_new_action_triggered()
+    window.commands.new.trigger()
     _wait_reply(window, qtbot, lambda: window.submit("Name a fruit."))
     conv = window.controller.conv
     conv.messages.append(Message("user", "Name a vegetable."))  # kept, never answered
     window.store.save(conv)
     first_reply = conv.messages[1].content
-    _wait_reply(window, qtbot, window.regenerate_action.trigger)
+    _wait_reply(window, qtbot, window.commands.regenerate.trigger)
     assert [m.role for m in conv.messages] == ["user", "assistant", "user", "assistant"]
     assert conv.messages[1].content == first_reply and conv.messages[2].content == "Name a vegetable."
 
@@ -612,13 +620,13 @@ def test_a_load_can_be_cancelled_and_the_previous_pair_comes_back(window: Any, q
     assert window.loaded is not None and previous is not None
     with qtbot.waitSignal(window.models.loadFailed, timeout=REPLY_TIMEOUT_MS) as failed:
         window.load_models(target_path, None)
-        assert window.stop_button.isEnabled() and not window.models_action.isEnabled()
-        window.toolbar.stop_action.trigger()
+        assert window.stop_button.isEnabled() and not window.commands.models.isEnabled()
+        window.commands.stop.trigger()
     assert failed.args[0] == "cancelled" and target_path.name in failed.args[1]
     with qtbot.waitSignal(window.modelsLoaded, timeout=REPLY_TIMEOUT_MS):
         pass  # the previous pair, loading again
     assert window.models.pair == previous and window.loaded is not None
-    assert not window.stop_button.isEnabled() and window.models_action.isEnabled()
+    assert not window.stop_button.isEnabled() and window.commands.models.isEnabled()
 
 
 def test_a_failed_save_keeps_the_reply_and_says_so(window: Any, qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -633,7 +641,7 @@ def test_a_failed_save_keeps_the_reply_and_says_so(window: Any, qtbot: Any, monk
     def full(path: Path, text: str) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    window._on_new_action_triggered()
+    window.commands.new.trigger()
     monkeypatch.setattr(conversations, "atomic_write_text", full)
     _wait_reply(window, qtbot, lambda: window.submit("Name a river."))
     conv = window.controller.conv
@@ -672,22 +680,22 @@ def test_a_chat_that_cannot_be_read_says_so_when_selected(window: Any) -> None:
 
 def test_deleting_a_message_or_a_chat_can_be_undone(window: Any, qtbot: Any) -> None:
     """Delete is immediate, and the bar's Undo (or Ctrl+Z, the Chat menu's Undo delete) brings it back, saved."""
-    window._on_new_action_triggered()
+    window.commands.new.trigger()
     _wait_reply(window, qtbot, lambda: window.submit("Name a bird."))
     conv = window.controller.conv
     before = [(m.role, m.content) for m in conv.messages]
-    window.transcript.messageAction.emit("delete", 0)  # the prompt, and its reply with it
-    assert conv.messages == [] and window.undo_action.isEnabled()
+    window.transcript.messageAction.emit(MessageAction.DELETE, 0)  # the prompt, and its reply with it
+    assert conv.messages == [] and window.commands.undo.isEnabled()
     [undo] = [b for b in window.errors.buttons() if b.text() == "Undo"]
     undo.click()
-    assert [(m.role, m.content) for m in conv.messages] == before and not window.undo_action.isEnabled()
+    assert [(m.role, m.content) for m in conv.messages] == before and not window.commands.undo.isEnabled()
     saved = {c.id: c for c in ChatStore(window.store.folder).load_all()}
     assert [(m.role, m.content) for m in saved[conv.id].messages] == before
 
     window.controller.delete(conv.id)
     assert conv.id not in {c.id for c in ChatStore(window.store.folder).load_all()}
     assert conv.id not in window.store.conversations
-    window.undo_action.trigger()  # Ctrl+Z
+    window.commands.undo.trigger()  # Ctrl+Z
     restored = {c.id: c for c in ChatStore(window.store.folder).load_all()}[conv.id]
     assert [(m.role, m.content) for m in restored.messages] == before
     assert window.controller.conv is not None and window.controller.conv.id == conv.id
@@ -704,7 +712,7 @@ def test_a_queued_prompt_survives_closing_and_reopening(qapp: Any, smol_path: Pa
         first.load_models(smol_path, None)
         assert first.worker.is_loading()
         first.prompt.setPlainText("Name a mountain.")
-        first._on_send_action_triggered()  # queued: the models are not in yet
+        first.commands.send.trigger()  # queued: the models are not in yet
         assert first.queued_prompt() == "Name a mountain."
         first.prompt.setPlainText("and a lake")  # typed meanwhile
         first.close()

@@ -45,7 +45,7 @@ def parted(smol_session: Any) -> dict[str, Any]:
 
 
 def test_the_worker_replays_a_greedy_comparisons_parting(qapp: Any, smol_session: Any, parted: dict) -> None:
-    from ui.base.worker import PartingCheck, _Outbox, _Runner
+    from ui.base.worker import Item, PartingCheck, _Outbox, _Runner
 
     require_working_pyside()
     runner = _Runner(_Outbox())
@@ -53,7 +53,7 @@ def test_the_worker_replays_a_greedy_comparisons_parting(qapp: Any, smol_session
     finishes = {"plain": parted["plain"], "spec": parted["spec"]}
     runner._check_parting(parted["prompt"], finishes, parted["steps"], threading.Event())
     items = runner._out.take()
-    assert [(kind, payload is None) for kind, _run, payload in items] == [("parting", True), ("parting", False)]
+    assert [(kind, payload is None) for kind, _run, payload in items] == [(Item.PARTING, True), (Item.PARTING, False)]
     check = items[1][2]
     assert isinstance(check, PartingCheck) and isinstance(check.replay, PartingReplay)
     assert check.divergence.position == parted["position"] and check.divergence.plain_token == parted["other"]

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.gui
 def test_first_window_fits_small_screens_and_keeps_its_size_on_large_ones() -> None:
     from PySide6.QtCore import QRect
 
-    from ui.shell.main_window import PREFERRED_SIZE, fitted_geometry
+    from ui.shell.window_geometry import PREFERRED_SIZE, fitted_geometry
 
     for screen in (QRect(0, 0, 1024, 768 - 32), QRect(0, 27, 1366, 768 - 27), QRect(1920, 0, 1920, 1050)):
         rect = fitted_geometry(screen)
@@ -26,10 +26,10 @@ def test_first_window_fits_small_screens_and_keeps_its_size_on_large_ones() -> N
 def test_window_reopens_where_it_was_closed(qtbot: Any, tmp_path: Any, monkeypatch: Any) -> None:
     from app import settings as settings_mod
     from tests.gui_support import gui_home
-    from ui.shell import main_window
+    from ui.shell import window_geometry
     from ui.shell.main_window import MainWindow
 
-    monkeypatch.setattr(main_window, "on_real_screen", lambda: True)  # as on a desktop
+    monkeypatch.setattr(window_geometry, "on_real_screen", lambda: True)  # as on a desktop
     with gui_home(tmp_path):
         first = MainWindow(settings_mod.load()[0])
         first.place_on_screen()  # nothing saved yet: fitted to the (800x600 offscreen) screen

@@ -136,11 +136,11 @@ def test_the_picker_and_banner_say_so_instead_of_no_gpu_found(tmp_path):
     hint = unused_gpu(("CPU",), find_gpus(tmp_path, "Linux", "x86_64", which=lambda _n: None))
     assert hint is not None
     pytest.importorskip("PySide6")
-    from ui.shell.spec_banner import SpecState, banner_message
+    from ui.shell.spec_banner import BannerChoice, SpecState, banner_message
 
     message = banner_message(SpecState("lookup", False, gpu_note=hint.message()))
     assert message is not None and "GPU unused" in message[0] and "bootstrap.py run --backend cuda" in message[0]
-    assert message[2] == ("Choose a draft…", "picker")  # the speculation message's action stays
+    assert message[2] == ("Choose a draft…", BannerChoice.CHOOSE_MODELS)  # the speculation message's action stays
     assert BuildSpec(gpu_note=hint.message()).gpu_note.startswith("This machine has an NVIDIA GPU")
 
 

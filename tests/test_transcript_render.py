@@ -15,7 +15,7 @@ from app.engine.events import FinishEvent, GenerationStats, StepEvent, TokenEven
 from app.engine.live_stats import LiveStats
 from tests.gui_support import fragments
 from ui.base.token_style import PROP_FATE, PROP_GHOST, PROP_INDEX
-from ui.base.worker import GenerationWorker
+from ui.base.worker import GenerationWorker, Item
 from ui.chat.markdown_render import CODE_BG
 from ui.chat.markdown_runs import finished_prefix, parse
 from ui.chat.transcript_view import TranscriptView
@@ -266,8 +266,8 @@ def test_worker_batches_keep_order_and_runs_apart(qtbot: Any) -> None:
     step = StepEvent(0, 0, 2, (5, 6), 1, (6,), "x", 2, 1.0, 2.0)
     tokens = [TokenEvent(0, 5, "a", TokenFate.ACCEPTED, 0), TokenEvent(1, 7, "b", TokenFate.CORRECTED, 0)]
     finish = FinishEvent("ab", (1,), (5, 7), _stats(2))
-    for kind, run, payload in [("event", "plain", step), *[("event", "plain", t) for t in tokens],
-                               ("finish", "plain", finish), ("event", "spec", step), ("done", "", True)]:
+    for kind, run, payload in [(Item.EVENT, "plain", step), *[(Item.EVENT, "plain", t) for t in tokens],
+                               (Item.FINISH, "plain", finish), (Item.EVENT, "spec", step), (Item.DONE, "", True)]:
         worker._outbox.put(kind, run, payload)
     worker._drain()
     assert [(k, r) for k, r, _ in got] == [("events", "plain"), ("finish", "plain"), ("events", "spec"), ("done", "")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
@@ -18,11 +20,13 @@ LEVEL_STYLES = {
 
 
 class MessageBar(QFrame):
-    actionTriggered = Signal(str)  # the action key given to show()
+    # The Enum member given to show_message with the button pressed; each owner of a choice declares its own Enum
+    # (ChatChoice, BannerChoice, WindowChoice) and handles only its members.
+    actionTriggered = Signal(object)
 
     def __init__(self, parent: QWidget | None = None, closable: bool = True) -> None:
         super().__init__(parent)
-        self._action_key = ""
+        self._action_key: Enum | None = None
         self._label = QLabel()
         self._label.setWordWrap(True)
         self._label.setOpenExternalLinks(True)
@@ -46,9 +50,9 @@ class MessageBar(QFrame):
         self.colours = ("", "")  # (background, text) of the message shown
         self.hide()
 
-    def show_message(self, text: str, level: str = "info", action: tuple[str, str] | None = None,
-                     rich: bool = False, more: tuple[tuple[str, str], ...] = (), details: str = "") -> None:
-        """Show `text`; `action` is (button text, key emitted by actionTriggered). Plain text unless
+    def show_message(self, text: str, level: str = "info", action: tuple[str, Enum] | None = None,
+                     rich: bool = False, more: tuple[tuple[str, Enum], ...] = (), details: str = "") -> None:
+        """Show `text`; `action` is (button text, Enum member emitted by actionTriggered). Plain text unless
         `rich`: an error quoting `<|im_end|>` or a file name with `<` must show as written. `details` (a
         traceback, a log excerpt): a "Copy details" button puts them on the clipboard for a bug report."""
         self._label.setTextFormat(Qt.TextFormat.RichText if rich else Qt.TextFormat.PlainText)

@@ -15,8 +15,9 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum, StrEnum, auto
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,9 @@ class Job:
 
     messages: tuple[dict[str, str], ...]
     runs: tuple[tuple[str, GenParams], ...]
-    # A history longer than the context: "ask" ends the job with an "overflow" item (nothing runs),
-    # "drop" leaves out the oldest turns (app.chat.context_fit) and says how many.
-    overflow: str = "ask"
+    # A history longer than the context: by default the job ends with an OVERFLOW item (nothing runs, the user is
+    # asked); `drop_oldest` leaves out the oldest turns (app.chat.context_fit) and says how many.
+    drop_oldest: bool = False
     left_out: int = 0  # turns the chat's last reply left out: kept out while the rest fits (its cache serves)
 
 
@@ -62,13 +63,43 @@ class LoadInfo:
     backends: str = ""  # llama.cpp's loaded modules: "CPU variant haswell; GPU backends: none" (the About box)
 
 
+class Item(Enum):
+    """What an outbox item carries (its run name and payload follow); each kind has one handler in `_deliver`."""
+
+    PROGRESS = auto()  # run: "target" | "draft", payload: the fraction loaded
+    MEMORY = auto()  # the pair's predicted memory (or None)
+    LOADED = auto()  # LoadInfo
+    LOAD_FAILED = auto()  # run: a LoadFailure, payload: the message
+    ERROR = auto()  # a sentence for the user
+    START = auto()  # run name, GenParams
+    EVENT = auto()  # run name, one engine event (batched per run by `_drain`)
+    FINISH = auto()  # run name, FinishEvent
+    DONE = auto()  # the job's result (bool)
+    CONTEXT = auto()  # (tokens needed, n_ctx)
+    OVERFLOW = auto()  # (tokens needed, n_ctx): nothing ran
+    TRIMMED = auto()  # (turns left out, tokens sent, n_ctx)
+    PARTING = auto()  # None when the replay starts, then the PartingCheck
+    SERVING = auto()  # run: the request's id, payload: the server's Job
+    SERVED = auto()  # (Job, FinishEvent or None, kept events)
+    RPC_LOST = auto()  # the message
+
+
+class LoadFailure(StrEnum):
+    """Why a load ended without models (loadFailed's first argument; a str, so it travels in a Signal(str))."""
+
+    INCOMPATIBLE = "incompatible"
+    WONTFIT = "wontfit"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
 class _Outbox:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._items: deque[tuple[str, str, Any]] = deque()
+        self._items: deque[tuple[Item, str, Any]] = deque()
         self._armed = False
 
-    def put(self, kind: str, run: str, payload: Any) -> bool:
+    def put(self, kind: Item, run: str, payload: Any) -> bool:
         """Queue an item; True when the GUI must be woken (the first item since the last drain)."""
         with self._lock:
             self._items.append((kind, run, payload))
@@ -76,7 +107,7 @@ class _Outbox:
             self._armed = True
             return wake
 
-    def take(self) -> list[tuple[str, str, Any]]:
+    def take(self) -> list[tuple[Item, str, Any]]:
         with self._lock:
             items = list(self._items)
             self._items.clear()
@@ -94,7 +125,7 @@ class _Runner(QObject):
         self._out = outbox
         self._session: Any = None
 
-    def _put(self, kind: str, run: str = "", payload: Any = None) -> None:
+    def _put(self, kind: Item, run: str = "", payload: Any = None) -> None:
         if self._out.put(kind, run, payload):
             self.wake.emit()
 
@@ -111,7 +142,7 @@ class _Runner(QObject):
                 if label == "draft" and last[0] != "draft":
                     split[0] = len(lines)
                 last[0], last[1] = label, fraction
-                self._put("progress", label, fraction)
+                self._put(Item.PROGRESS, label, fraction)
             return not cancel.is_set()  # False makes llama.cpp stop reading weights: cancelled, or closing
 
         lines: list[str] = []
@@ -119,71 +150,71 @@ class _Runner(QObject):
         try:
             from app.engine.session import SpecSession
 
-            self._put("memory", "", _predict(config))
+            self._put(Item.MEMORY, "", _predict(config))
             with _capture_logs() as lines:
                 self._session = SpecSession(config, progress=progress)
             measured = _measured(lines, split[0])
             modes = self._session.available_modes
             info = LoadInfo(config, time.perf_counter() - t0, modes, measured, _process_gpu(), *_build_notes())
-            self._put("loaded", "", info)
+            self._put(Item.LOADED, "", info)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the window
             self._session = None
             if cancel.is_set():  # llama.cpp stopped reading weights because we asked
-                self._put("loadfail", "cancelled", f"Loading {Path(config.target).name} was cancelled.")
+                self._put(Item.LOAD_FAILED, LoadFailure.CANCELLED, f"Loading {Path(config.target).name} was cancelled.")
                 return
             log.info("load failed", exc_info=True)
             from app.engine.session import IncompatiblePairError
             from app.memory import WontFitError
 
-            kind = ("incompatible" if isinstance(exc, IncompatiblePairError)
-                    else "wontfit" if isinstance(exc, WontFitError) else "error")
-            self._put("loadfail", kind, _describe(exc))
+            kind = (LoadFailure.INCOMPATIBLE if isinstance(exc, IncompatiblePairError)
+                    else LoadFailure.WONTFIT if isinstance(exc, WontFitError) else LoadFailure.ERROR)
+            self._put(Item.LOAD_FAILED, kind, _describe(exc))
 
     @Slot(object, object)
     def run(self, job: Job, cancel: threading.Event) -> None:
         ok = True
         if self._session is None:
-            self._put("error", "run", "No models are loaded yet.")
-            self._put("done", "", False)
+            self._put(Item.ERROR, "run", "No models are loaded yet.")
+            self._put(Item.DONE, "", False)
             return
         try:
             prompt = self._fit(job)
         except Exception as exc:  # noqa: BLE001 - a template or tokenizer error
             log.info("fitting the context failed", exc_info=True)
-            self._put("error", "run", _describe(exc))
-            self._put("done", "", False)
+            self._put(Item.ERROR, "run", _describe(exc))
+            self._put(Item.DONE, "", False)
             return
         if prompt is None:
-            self._put("done", "", True)
+            self._put(Item.DONE, "", True)
             return
         finishes: dict[str, FinishEvent] = {}
         steps: list[StepEvent] = []  # the last run's, for replaying a comparison's parting
         for name, params in job.runs:
             if cancel.is_set():
                 break
-            self._put("start", name, params)
+            self._put(Item.START, name, params)
             steps = []
             try:
                 cancelled = False
                 for event in self._session.generate(prompt, params, cancel):
                     if isinstance(event, FinishEvent):
-                        self._put("finish", name, event)
+                        self._put(Item.FINISH, name, event)
                         finishes[name] = event
                         cancelled = event.stats.finish_reason == "cancelled"
                     else:
                         if isinstance(event, StepEvent):
                             steps.append(event)
-                        self._put("event", name, event)
+                        self._put(Item.EVENT, name, event)
                 if cancelled:
                     break
             except Exception as exc:  # noqa: BLE001 - context full, out of memory, a llama.cpp error
                 log.info("generation failed", exc_info=True)
-                self._put("error", name, _describe(exc))
+                self._put(Item.ERROR, name, _describe(exc))
                 ok = False
                 break
         if ok and not cancel.is_set() and _greedy_comparison(job):
             self._check_parting(prompt, finishes, steps, cancel)
-        self._put("done", "", ok)
+        self._put(Item.DONE, "", ok)
 
     @Slot(object)
     def serve(self, job: Any) -> None:
@@ -193,11 +224,11 @@ class _Runner(QObject):
         from app.server.errors import not_ready
         from app.server.jobs import DONE, Failed, run_job
 
-        self._put("serving", job.id, job)
+        self._put(Item.SERVING, job.id, job)
         if self._session is None:
             job.deliver(Failed(not_ready("no models are loaded in the window.")))
             job.deliver(DONE)
-            self._put("served", job.id, (job, None, []))
+            self._put(Item.SERVED, job.id, (job, None, []))
             return
         kept: list[Any] = []
         deliver = job.deliver
@@ -209,7 +240,7 @@ class _Runner(QObject):
 
         job.deliver = tee
         finish = run_job(self._session, job)
-        self._put("served", job.id, (job, finish, kept))
+        self._put(Item.SERVED, job.id, (job, finish, kept))
 
     def _check_parting(self, prompt: list[int], finishes: dict[str, FinishEvent], steps: list[StepEvent],
                        cancel: threading.Event) -> None:
@@ -221,14 +252,14 @@ class _Runner(QObject):
         div = first_divergence(plain, spec)
         if div is None:
             return
-        self._put("parting", "", None)  # the check has started: it replays the run up to the parting
+        self._put(Item.PARTING, "", None)  # the check has started: it replays the run up to the parting
         assert self._session is not None
         try:
             replay = replay_parting(self._session.target_ctx, prompt, spec.tokens, layout(steps), div, cancel)
         except Exception as exc:  # noqa: BLE001 - the layout does not fit the reply: say so, keep the chat
             log.info("replaying the parting failed", exc_info=True)
             replay = NotReplayed(f"the replay failed: {exc}")
-        self._put("parting", "", PartingCheck(div, replay))
+        self._put(Item.PARTING, "", PartingCheck(div, replay))
 
     def _fit(self, job: Job) -> list[int] | None:
         """The templated history's tokens, fitted to the context as the job says; None when it asked
@@ -245,17 +276,17 @@ class _Runner(QObject):
         # A follow-up reuses the ids of the replies before it, so the cached prefix still matches (turn_memory).
         prompt = self._session.chat_prompt(messages, reuse_replies=True)
         needed = len(prompt)
-        self._put("context", "", (needed, n_ctx))
+        self._put(Item.CONTEXT, "", (needed, n_ctx))
         if needed + room <= n_ctx:
             return list(prompt)
-        if job.overflow == "ask":
-            self._put("overflow", "", (needed, n_ctx))
+        if not job.drop_oldest:
+            self._put(Item.OVERFLOW, "", (needed, n_ctx))
             return None
         fit = fit_messages(messages, count, n_ctx, room, job.left_out)
         if not fit.fits:
             raise ValueError(f"The newest prompt alone needs {fit.prompt_tokens} tokens, which leaves no room for a "
                              f"reply in the {n_ctx}-token context: shorten it, or raise Context in Settings.")
-        self._put("trimmed", "", (fit.dropped_turns, fit.prompt_tokens, n_ctx))
+        self._put(Item.TRIMMED, "", (fit.dropped_turns, fit.prompt_tokens, n_ctx))
         return list(self._session.chat_prompt(fit.messages, reuse_replies=True))
 
     @Slot()
@@ -279,7 +310,7 @@ class GenerationWorker(QObject):
 
     loadProgress = Signal(str, float)  # "target" | "draft", 0..1
     loaded = Signal(object)  # LoadInfo
-    loadFailed = Signal(str, str)  # "incompatible" | "wontfit" | "error", the message (also sent through `error`)
+    loadFailed = Signal(str, str)  # a LoadFailure, the message (also sent through `error`)
     memoryPredicted = Signal(object)  # app.memory.PairPrediction or None
     runStarted = Signal(str, object)  # run name, GenParams
     events = Signal(str, object)  # run name, list of TokenEvent/StepEvent/GovernorEvent in order
@@ -325,6 +356,24 @@ class GenerationWorker(QObject):
         self._closed = False
         self.rpc_lost = False  # a server dropped: the session is gone until the app restarts
         self.stuck = False  # shutdown timed out: the engine thread still runs (never joined, never destroyed)
+        self._handlers: dict[Item, Callable[[str, Any], None]] = {
+            Item.PROGRESS: lambda run, fraction: self.loadProgress.emit(run, float(fraction)),
+            Item.MEMORY: lambda _run, prediction: self.memoryPredicted.emit(prediction),
+            Item.LOADED: self._deliver_loaded,
+            Item.LOAD_FAILED: self._deliver_load_failed,
+            Item.ERROR: lambda _run, message: self.error.emit(message),
+            Item.START: self.runStarted.emit,
+            Item.FINISH: self.finished.emit,
+            Item.EVENT: lambda run, event: self.events.emit(run, [event]),
+            Item.DONE: self._deliver_done,
+            Item.CONTEXT: lambda _run, sizes: self.contextUsed.emit(*sizes),
+            Item.OVERFLOW: lambda _run, sizes: self.contextOverflow.emit(*sizes),
+            Item.TRIMMED: lambda _run, sizes: self.contextTrimmed.emit(*sizes),
+            Item.PARTING: lambda _run, check: self.partingChecked.emit(check),
+            Item.SERVING: lambda _run, job: self.serving.emit(job),
+            Item.SERVED: lambda _run, served: self.served.emit(*served),
+            Item.RPC_LOST: self._deliver_rpc_lost,
+        }
         self._thread.start()
 
     # --- requests -------------------------------------------------------------------------------
@@ -337,13 +386,13 @@ class GenerationWorker(QObject):
         self._loadRequested.emit(config, self._load_cancel)
 
     def start(self, messages: Sequence[dict[str, str]], runs: Sequence[tuple[str, GenParams]],
-              overflow: str = "ask", left_out: int = 0) -> None:
+              drop_oldest: bool = False, left_out: int = 0) -> None:
         if self._refuse_after_rpc_loss():
             self.jobDone.emit(False)
             return
         self._cancel = threading.Event()
         self._busy = True
-        self._runRequested.emit(Job(tuple(messages), tuple(runs), overflow, left_out), self._cancel)
+        self._runRequested.emit(Job(tuple(messages), tuple(runs), drop_oldest, left_out), self._cancel)
 
     def stop(self) -> None:
         self._cancel.set()
@@ -416,60 +465,43 @@ class GenerationWorker(QObject):
         batch: list[Any] = []
         batch_run = ""
         for kind, run, payload in self._outbox.take():
-            if kind == "event" and (run == batch_run or not batch):
+            if kind is Item.EVENT and (run == batch_run or not batch):
                 batch.append(payload)
                 batch_run = run
                 continue
             if batch:
                 self.events.emit(batch_run, batch)
                 batch = []
-            if kind == "event":
+            if kind is Item.EVENT:
                 batch, batch_run = [payload], run
             else:
                 self._deliver(kind, run, payload)
         if batch:
             self.events.emit(batch_run, batch)
 
-    def _deliver(self, kind: str, run: str, payload: Any) -> None:
-        if kind == "progress":
-            self.loadProgress.emit(run, float(payload))
-        elif kind == "memory":
-            self.memoryPredicted.emit(payload)
-        elif kind == "loaded":
-            self._loading = False
-            self.loaded.emit(payload)
-        elif kind == "start":
-            self.runStarted.emit(run, payload)
-        elif kind == "finish":
-            self.finished.emit(run, payload)
-        elif kind == "loadfail":
-            self._loading = False
-            self.error.emit(payload)
-            self.loadFailed.emit(run, payload)  # after: listeners may refine the message (an action)
-        elif kind == "error":
-            self.error.emit(payload)
-        elif kind == "context":
-            self.contextUsed.emit(*payload)
-        elif kind == "overflow":
-            self.contextOverflow.emit(*payload)
-        elif kind == "trimmed":
-            self.contextTrimmed.emit(*payload)
-        elif kind == "parting":
-            self.partingChecked.emit(payload)
-        elif kind == "done":
-            self._busy = False
-            self.jobDone.emit(bool(payload))
-        elif kind == "serving":
-            self.serving.emit(payload)
-        elif kind == "served":
-            self.served.emit(*payload)
-        elif kind == "rpclost":
-            self.rpc_lost = True
-            busy, self._busy, self._loading = self._busy, False, False
-            self.error.emit(payload)
-            if busy:
-                self.jobDone.emit(False)  # the reply so far is kept and saved as ended by this error
-            self.rpcLost.emit(payload)
+    def _deliver(self, kind: Item, run: str, payload: Any) -> None:
+        self._handlers[kind](run, payload)
+
+    def _deliver_loaded(self, _run: str, info: LoadInfo) -> None:
+        self._loading = False
+        self.loaded.emit(info)
+
+    def _deliver_load_failed(self, kind: str, message: str) -> None:
+        self._loading = False
+        self.error.emit(message)
+        self.loadFailed.emit(kind, message)  # after: listeners may refine the message (an action)
+
+    def _deliver_done(self, _run: str, ok: bool) -> None:
+        self._busy = False
+        self.jobDone.emit(bool(ok))
+
+    def _deliver_rpc_lost(self, _run: str, message: str) -> None:
+        self.rpc_lost = True
+        busy, self._busy, self._loading = self._busy, False, False
+        self.error.emit(message)
+        if busy:
+            self.jobDone.emit(False)  # the reply so far is kept and saved as ended by this error
+        self.rpcLost.emit(message)
 
 
 def _greedy_comparison(job: Job) -> bool:
@@ -493,7 +525,7 @@ def _watch_rpc(put: Any) -> None:
     from app.llama_backend import rpc
 
     def _lost(error: Exception) -> None:
-        put("rpclost", "", str(error))
+        put(Item.RPC_LOST, "", str(error))
         threading.Event().wait()  # never returns: see above
 
     rpc.on_drop(_lost)

@@ -9,6 +9,7 @@ the verdict stored beside it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from enum import Enum, auto
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
@@ -34,7 +35,15 @@ CHAT_RUNS = ("chat", "spec")  # run names whose reply is the conversation's answ
 
 
 SAVE_RETRY_MS = 5000
-UNDO_KEY = "undo-delete"  # the message bar's Undo button
+
+
+class ChatChoice(Enum):
+    """The message bar's buttons that the controller offers: Undo it handles; the overflow choices need the runs,
+    so the window (ui.shell.chat_commands) answers them."""
+
+    UNDO_DELETE = auto()
+    DROP_OLDEST = auto()  # "Leave out the oldest turns"
+    NEW_CHAT_WITH_LAST = auto()  # "New chat with the last turns"
 
 
 class ChatController(QObject):
@@ -99,9 +108,9 @@ class ChatController(QObject):
         self._retry.setInterval(SAVE_RETRY_MS)
         self._retry.timeout.connect(self._on_retry_timeout)
 
-    @Slot(str)
-    def _on_errors_actionTriggered(self, key: str) -> None:
-        if key == UNDO_KEY:
+    @Slot(object)
+    def _on_errors_actionTriggered(self, choice: Enum) -> None:
+        if choice is ChatChoice.UNDO_DELETE:
             self.undo()
 
     # --- saving --------------------------------------------------------------------------------------
@@ -332,7 +341,7 @@ class ChatController(QObject):
     def _offer_undo(self, text: str, restore: Callable[[], None]) -> None:
         self._undo = restore
         self._undo_text = f"{text} Ctrl+Z or Undo brings it back."
-        self.errors.show_message(self._undo_text, "info", ("Undo", UNDO_KEY))
+        self.errors.show_message(self._undo_text, "info", ("Undo", ChatChoice.UNDO_DELETE))
         self.undoChanged.emit(True)
 
     def _restore_chat(self, kept: Conversation) -> None:
@@ -387,7 +396,7 @@ class ChatController(QObject):
         self._error = ""
         self.stats.reset()
         self.errors.hide()
-        self.worker.start(history, runs, self.conv.overflow or "ask", self._left_out.get(self.conv.id, 0))
+        self.worker.start(history, runs, self.conv.overflow == "drop", self._left_out.get(self.conv.id, 0))
         self.conversationsChanged.emit()
         self.busyChanged.emit(True)
         return True
@@ -468,8 +477,8 @@ class ChatController(QObject):
             self._show(conv)
         self.errors.show_message(
             f"This conversation needs {needed:,} tokens, more than the {n_ctx:,}-token context holds with room "
-            "for a reply. Your prompt is kept.", "warning", ("Leave out the oldest turns", "ctx-drop"),
-            more=(("New chat with the last turns", "ctx-new"),))
+            "for a reply. Your prompt is kept.", "warning", ("Leave out the oldest turns", ChatChoice.DROP_OLDEST),
+            more=(("New chat with the last turns", ChatChoice.NEW_CHAT_WITH_LAST),))
 
     @Slot(int, int, int)
     def _on_worker_contextTrimmed(self, dropped: int, used: int, n_ctx: int) -> None:

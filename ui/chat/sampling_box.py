@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QComboBox, QWidget
 
 from app.chat.conversations import CHAT_SAMPLING
-from app.models.recommended_sampling import SamplingValues
+from app.models.recommended_sampling import CHAT_DEFAULT, Recommendation, SamplingValues
 
 # preset (None: the settings' default) -> the item's text; a chat's choice is stored as the key
 LABELS: dict[str | None, str] = {
@@ -32,6 +32,17 @@ def describe_values(v: SamplingValues) -> str:
     if v.presence_penalty:
         parts.append(f"presence penalty {v.presence_penalty:g}")
     return ", ".join(parts)
+
+
+def preset_details(recommended: Recommendation | None, custom: SamplingValues) -> dict[str, str]:
+    """The values behind each preset (SamplingBox.set_details): the loaded target's recommendation (None while
+    nothing is loaded) and the settings' custom values."""
+    return {
+        "recommended": (describe_values(recommended.values) + f" ({recommended.source})" if recommended
+                        else describe_values(CHAT_DEFAULT) + " until a model with its own is loaded"),
+        "greedy": "always the most likely token, no penalties: the same reply every time",
+        "custom": describe_values(custom) + " (Settings)",
+    }
 
 
 class SamplingBox(QComboBox):

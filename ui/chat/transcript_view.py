@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import shiboken6
@@ -43,8 +44,25 @@ ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 EXTERNAL_SCHEMES = ("http", "https", "mailto")  # links the browser may open; nothing else navigates
 ACTION_SCHEME = "specchat"  # specchat:ACTION/INDEX, the per-message controls
 PROP_ACTION = QTextCharFormat.Property.UserProperty + 20  # on control links: left out of copies
-USER_ACTIONS = (("edit", "Edit"), ("copy", "Copy"), ("delete", "Delete"))
-REPLY_ACTIONS = (("copy", "Copy"), ("regenerate", "Regenerate"), ("delete", "Delete"))
+
+
+class MessageAction(Enum):
+    """A per-message control link; the value is the link's ACTION in specchat:ACTION/INDEX."""
+
+    EDIT = "edit"
+    COPY = "copy"
+    DELETE = "delete"
+    REGENERATE = "regenerate"
+    CONTINUE = "continue"
+    SYSTEM = "system"  # the system prompt's Edit (index -1)
+    MORE = "more"  # "Show earlier messages": handled by the view itself, never emitted
+
+
+Controls = tuple[tuple[MessageAction, str], ...]  # (action, link text)
+USER_ACTIONS: Controls = ((MessageAction.EDIT, "Edit"), (MessageAction.COPY, "Copy"),
+                          (MessageAction.DELETE, "Delete"))
+REPLY_ACTIONS: Controls = ((MessageAction.COPY, "Copy"), (MessageAction.REGENERATE, "Regenerate"),
+                           (MessageAction.DELETE, "Delete"))
 def footer_text(message: Message) -> str:
     s = message.stats or {}
     parts = []
@@ -85,7 +103,7 @@ class TranscriptView(QTextBrowser):
     """Read-only transcript; one instance per pane (chat, and each side of a comparison)."""
 
     rendered = Signal()  # a finished reply's Markdown rendering is in the document (its last span)
-    messageAction = Signal(str, int)  # (edit|copy|delete|regenerate|continue|system, message index)
+    messageAction = Signal(object, int)  # (MessageAction, message index)
 
     def __init__(self, parent: QWidget | None = None, actions: bool = False) -> None:
         super().__init__(parent)
@@ -157,11 +175,15 @@ class TranscriptView(QTextBrowser):
     @Slot(QUrl)
     def _on_anchorClicked(self, url: QUrl) -> None:
         if url.scheme() == ACTION_SCHEME:
-            action, _, index = url.path().partition("/")
-            if action == "more":
+            key, _, index = url.path().partition("/")
+            try:
+                action = MessageAction(key)
+            except ValueError:
+                return  # not a link of ours
+            if action is MessageAction.MORE:
                 self.show_earlier()
-                return
-            self.messageAction.emit(action, int(index) if index.lstrip("-").isdigit() else -1)
+            else:
+                self.messageAction.emit(action, int(index) if index.lstrip("-").isdigit() else -1)
         elif url.scheme() in EXTERNAL_SCHEMES:
             QDesktopServices.openUrl(url)
         # Anything else (relative paths, file:, javascript:) is ignored: there is nowhere to go.
@@ -198,7 +220,7 @@ class TranscriptView(QTextBrowser):
             block = block.next()
         return "".join(parts).replace("\u2028", "\n").replace("\u00a0", " ")
 
-    def _controls(self, cursor: QTextCursor, index: int, actions: Sequence[tuple[str, str]]) -> None:
+    def _controls(self, cursor: QTextCursor, index: int, actions: Controls) -> None:
         if not self._actions:
             return
         dim = QTextCharFormat()
@@ -208,7 +230,7 @@ class TranscriptView(QTextBrowser):
         for n, (key, label) in enumerate(actions):
             fmt = QTextCharFormat(dim)
             fmt.setAnchor(True)
-            fmt.setAnchorHref(f"{ACTION_SCHEME}:{key}/{index}")
+            fmt.setAnchorHref(f"{ACTION_SCHEME}:{key.value}/{index}")
             fmt.setFontPointSize(max(self.font().pointSizeF() - 1.5, 6.0))
             if n:
                 cursor.insertText(" · ", dim)
@@ -241,7 +263,7 @@ class TranscriptView(QTextBrowser):
 
     def _build(self, cursor: QTextCursor, first: int, positions: dict[int, dict[int, int]]) -> Iterator[None]:
         if first > 0:
-            self._controls(cursor, -1, (("more", f"Show {min(first, SHOWN_MESSAGES)} earlier messages "
+            self._controls(cursor, -1, ((MessageAction.MORE, f"Show {min(first, SHOWN_MESSAGES)} earlier messages "
                                                  f"(of {first})"),))
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         if self._system:
@@ -280,7 +302,7 @@ class TranscriptView(QTextBrowser):
         title.setFontWeight(QFont.Weight.Bold)
         title.setForeground(QColor(DIM[self.is_dark()]))
         cursor.insertText("System prompt", title)
-        self._controls(cursor, -1, (("system", "Edit"),))
+        self._controls(cursor, -1, ((MessageAction.SYSTEM, "Edit"),))
         body = QTextCharFormat()
         body.setForeground(QColor(DIM[self.is_dark()]))
         body.setFontItalic(True)
@@ -300,12 +322,12 @@ class TranscriptView(QTextBrowser):
         if message.role == "assistant":
             self._footer(cursor, footer_text(message), index)
 
-    def _reply_actions(self, index: int) -> tuple[tuple[str, str], ...]:
+    def _reply_actions(self, index: int) -> Controls:
         message = self._messages[index]
         # Offered on every cut reply, not only the last: a footer is drawn once, and a later turn
         # must not make the live document differ from a reload. Only the last one can go on.
         cut = (message.stats or {}).get("finish_reason") == "length" or message.status == "interrupted"
-        return REPLY_ACTIONS[:2] + ((("continue", "Continue"),) if cut else ()) + REPLY_ACTIONS[2:]
+        return (*REPLY_ACTIONS[:2], *(((MessageAction.CONTINUE, "Continue"),) if cut else ()), *REPLY_ACTIONS[2:])
 
     def _header(self, cursor: QTextCursor, index: int, message: Message) -> None:
         bf = QTextBlockFormat()

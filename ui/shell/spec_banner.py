@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
+from enum import Enum, auto
 
 from PySide6.QtWidgets import QWidget
 
@@ -22,7 +23,15 @@ class SpecState:
     fallback: str = ""  # the mode the user chose, which these models cannot run (the reply runs `mode` instead)
 
 
-Message = tuple[str, str, tuple[str, str] | None]
+class BannerChoice(Enum):
+    """The banner's buttons (actionTriggered's argument)."""
+
+    CHOOSE_MODELS = auto()  # "Choose models…", "Choose a draft…": the picker
+    SPECULATE = auto()  # mode none: back to auto
+    TARGET_ONLY = auto()  # an incompatible pair: load the target alone, with prompt lookup
+
+
+Message = tuple[str, str, tuple[str, BannerChoice] | None]
 
 
 def banner_message(state: SpecState) -> Message | None:
@@ -37,7 +46,7 @@ def banner_message(state: SpecState) -> Message | None:
 def _speculation_message(state: SpecState) -> Message | None:
     if state.incompatible:
         return (f"<b>Speculation is off: incompatible pair.</b> {html.escape(state.incompatible)}", "warning",
-                ("Load the target alone (prompt lookup)", "target_only"))
+                ("Load the target alone (prompt lookup)", BannerChoice.TARGET_ONLY))
     if state.governor is not None and state.governor.action == "disable":
         return (f"<b>The governor turned drafting off</b> at step {state.governor.step} (it probes now and "
                 f"then and turns it back on when drafting pays): {state.governor.reason}", "warning", None)
@@ -49,15 +58,15 @@ def _speculation_message(state: SpecState) -> Message | None:
         why = ("the target has no MTP head (NextN layers)" if state.fallback == "mtp"
                else "no draft model is loaded")
         return (f"<b>Mode {html.escape(state.fallback)} is off for these models:</b> {why}, so replies use "
-                f"{html.escape(state.mode)}.", "info", ("Choose models…", "picker"))
+                f"{html.escape(state.mode)}.", "info", ("Choose models…", BannerChoice.CHOOSE_MODELS))
     if state.mode == "mtp":
         return None  # the target drafts for itself: nothing is missing
     if state.mode == "none":
         return ("<b>Plain decoding</b> (mode none): nothing is drafted, every token comes from the target.",
-                "info", ("Speculate", "speculate"))
+                "info", ("Speculate", BannerChoice.SPECULATE))
     if not state.has_draft:
         return ("<b>No draft model chosen:</b> drafting by prompt lookup (n-grams from the conversation) only.",
-                "info", ("Choose a draft…", "picker"))
+                "info", ("Choose a draft…", BannerChoice.CHOOSE_MODELS))
     return None
 
 
