@@ -16,13 +16,13 @@ from PySide6.QtWidgets import QDialog, QLabel, QProgressBar, QWidget
 from app.memory import measured_segments
 from app.settings import Settings
 from ui.base.message_bar import MessageBar
-from ui.base.worker import GenerationWorker, LoadInfo
+from ui.base.worker import GenerationWorker, LoadFailure, LoadInfo
 from ui.stats.memory_meter import MemoryMeter
 
 
 class ModelsController(QObject):
     modelsLoaded = Signal(object)  # LoadInfo
-    loadFailed = Signal(str, str)  # "incompatible" | "wontfit" | "cancelled" | "error", message
+    loadFailed = Signal(str, str)  # a LoadFailure (a str, so it travels in the Signal), message
 
     def __init__(self, worker: GenerationWorker, label: QLabel, progress: QProgressBar, meter: MemoryMeter,
                  meter_box: QWidget, errors: MessageBar, parent: QObject | None = None) -> None:
@@ -98,8 +98,8 @@ class ModelsController(QObject):
     @Slot(str, str)
     def _on_worker_loadFailed(self, kind: str, message: str) -> None:
         self.progress.hide()
-        self.label.setText("Loading cancelled" if kind == "cancelled" else "No models loaded")
-        if kind == "incompatible":
+        self.label.setText("Loading cancelled" if kind == LoadFailure.CANCELLED else "No models loaded")
+        if kind == LoadFailure.INCOMPATIBLE:
             self.incompatible = message
         self.loadFailed.emit(kind, message)
 
