@@ -6,6 +6,7 @@ thread-safe. ctypes releases the GIL inside `llama_decode`, so other Python thre
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import logging
 import os
@@ -32,6 +33,7 @@ _sinks: list[LogSink] = []
 _sinks_lock = threading.Lock()
 _last_level = 2
 _backend_ready = False
+_backend_lock = threading.Lock()  # the picker's device discovery and the worker's load may both be first
 _loaded_backends: backend_modules.LoadedBackends | None = None
 
 
@@ -74,12 +76,25 @@ def ensure_backend() -> None:
     ggml picks by the CPU's features and loads here, before any model.
     """
     global _backend_ready, _loaded_backends
-    if _backend_ready:
-        return
-    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
-    _loaded_backends = backend_modules.load(lib_dir())
-    llama_cpp.llama_backend_init()
-    _backend_ready = True
+    with _backend_lock:
+        if _backend_ready:
+            return
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        atexit.register(detach_logs)
+        _loaded_backends = backend_modules.load(lib_dir())
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
+
+
+def detach_logs() -> None:
+    """llama.cpp logs to stderr again, not through Python (at exit).
+
+    A daemon thread may still be inside llama.cpp when the interpreter shuts down (the picker's device discovery:
+    Vulkan's start-up takes seconds). A log line then calls into Python, which ends the thread there with a forced
+    unwind; inside a C++ `catch (...)` (ggml_backend_vk_reg has one) that aborts the process: "FATAL: exception
+    not rethrown" at the exit of the Vulkan package's first start.
+    """
+    llama_cpp.llama_log_set(llama_cpp.llama_log_callback(), ctypes.c_void_p(0))  # a NULL callback: the default
 
 
 def loaded_backends() -> backend_modules.LoadedBackends:
