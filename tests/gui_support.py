@@ -15,6 +15,18 @@ from PySide6.QtGui import QTextCharFormat
 from app.settings import Settings
 
 
+def models_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *models: Path) -> Path:
+    """A throw-away profile and Hub cache, and a folder holding `models` (symbolic links): what a picker lists."""
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("SPECCHAT_MODELS_DIR", raising=False)
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for p in models:
+        (folder / p.name).symlink_to(p)
+    return folder
+
+
 def wait_for(signal: Any, timeout_ms: int) -> list[Any]:
     """Block (running the event loop) until `signal` fires; for fixtures wider than qtbot's scope."""
     loop = QEventLoop()

@@ -24,6 +24,7 @@ from app.memory import BuildSpec, DeviceBudget, GiB, GpuSpec, predict_pair  # no
 from app.models.catalog import CatalogModel, CatalogPair  # noqa: E402
 from app.models.gguf_meta import read_gguf  # noqa: E402
 from app.settings import Settings  # noqa: E402
+from tests.gui_support import models_folder  # noqa: E402
 from ui.picker.model_list import LOOKUP  # noqa: E402
 from ui.picker.model_picker import ModelPickerDialog, PickerChoice  # noqa: E402
 
@@ -35,14 +36,7 @@ GPU_BUDGETS = [DeviceBudget("CUDA0", "gpu", 7 * GiB, 8 * GiB, "test GPU"),
 @pytest.fixture
 def folder(tmp_path: Path, target_path: Path, draft_path: Path, smol_path: Path,
            monkeypatch: pytest.MonkeyPatch) -> Path:  # fmt: skip
-    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.delenv("SPECCHAT_MODELS_DIR", raising=False)
-    models = tmp_path / "models"
-    models.mkdir()
-    for p in (target_path, draft_path, smol_path):
-        (models / p.name).symlink_to(p)
-    return models
+    return models_folder(tmp_path, monkeypatch, target_path, draft_path, smol_path)
 
 
 def make_dialog(qtbot, folder: Path, **kwargs: object) -> ModelPickerDialog:  # type: ignore[no-untyped-def]

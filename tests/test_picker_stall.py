@@ -29,6 +29,7 @@ from tiny_gguf import write_tiny  # noqa: E402
 from app.memory import BuildSpec, budgets  # noqa: E402
 from app.models.gguf_meta import read_tokens  # noqa: E402
 from app.settings import Settings  # noqa: E402
+from tests.gui_support import models_folder  # noqa: E402
 from ui.picker.model_picker import open_picker  # noqa: E402
 from ui.shell.stall_probe import GapClock  # noqa: E402
 
@@ -45,13 +46,7 @@ def folder(tmp_path: Path, target_path: Path, draft_path: Path, smol_path: Path,
            monkeypatch: pytest.MonkeyPatch) -> Path:  # fmt: skip
     """The three real models and 37 small files with the target's whole vocabulary (hard links of one
     file: each is its own entry, parsed and checked on its own), 40 GGUF files in all."""
-    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.delenv("SPECCHAT_MODELS_DIR", raising=False)
-    models = tmp_path / "models"
-    models.mkdir()
-    for p in (target_path, draft_path, smol_path):
-        (models / p.name).symlink_to(p)
+    models = models_folder(tmp_path, monkeypatch, target_path, draft_path, smol_path)
     first = write_tiny(models / "tiny-draft-00.gguf", arch="qwen2", tokens=read_tokens(target_path), n_embd=4)
     for i in range(1, N_FILES - 3):
         os.link(first, models / f"tiny-draft-{i:02d}.gguf")

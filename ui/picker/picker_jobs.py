@@ -20,11 +20,13 @@ import logging
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import count
 from pathlib import Path
 
+import shiboken6
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from app.engine import memory_plan
@@ -81,7 +83,28 @@ class _Done:
 
 
 class _Relay(QObject):
+    """Carries results from the job threads to the GUI thread and hands each to its PickerJobs while that lives.
+
+    Not a connection from this signal to each PickerJobs' slot: a result that arrived after its dialog was deleted
+    crashed the process in Qt's delivery (a segfault in the event loop, no Python frame), when a device query held
+    by a silent RPC server ended seconds after its test. The relay looks its owner up itself and skips one whose
+    C++ object is gone."""
+
     done = Signal(object)  # _Done
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owners: dict[int, weakref.ref[PickerJobs]] = {}
+        self.done.connect(self._on_self_done)
+
+    @Slot(object)
+    def _on_self_done(self, done: _Done) -> None:
+        ref = self.owners.get(done.owner)
+        jobs = ref() if ref is not None else None
+        if jobs is None or not shiboken6.isValid(jobs):
+            self.owners.pop(done.owner, None)
+            return
+        jobs._on_relay_done(done)
 
 
 _relay: _Relay | None = None
@@ -109,7 +132,7 @@ class PickerJobs(QObject):
         self._pending: set[str] = set()
         self._deferred: dict[str, Callable[[], None]] = {}  # kind -> GUI-thread work for the next turn
         self._dispatching = False  # inside a handler, which may start the next job: not settled yet
-        _the_relay().done.connect(self._on_relay_done)
+        _the_relay().owners[self._id] = weakref.ref(self)
 
     # --- public API -------------------------------------------------------------------------------
 
@@ -162,7 +185,6 @@ class PickerJobs(QObject):
 
     # --- slots ------------------------------------------------------------------------------------
 
-    @Slot(object)
     def _on_relay_done(self, done: _Done) -> None:
         if done.owner != self._id or self._newest.get(done.kind) != done.generation or done.kind not in self._pending:
             return  # another dialog's, or stale
