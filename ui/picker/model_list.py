@@ -155,12 +155,12 @@ class ModelList(QTreeWidget):
     def _fit_columns(self) -> None:
         """Each column as wide as its widest text (header included), the last one stretched."""
         header = self.header()
-        fm, bold = self.fontMetrics(), header.fontMetrics()
+        fm, header_fm = self.fontMetrics(), header.fontMetrics()
         pad = 2 * self.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin) + 16
         for c in range(self.columnCount() - 1):
             texts = (self.topLevelItem(i).text(c) for i in range(self.topLevelItemCount()))  # type: ignore[union-attr]
             wide = max((fm.horizontalAdvance(t) for t in texts), default=0)
-            header.resizeSection(c, max(wide, bold.horizontalAdvance(self.headerItem().text(c)) + 8) + pad)
+            header.resizeSection(c, max(wide, header_fm.horizontalAdvance(self.headerItem().text(c)) + 8) + pad)
 
     def _sorted(self) -> list[LibraryEntry]:
         if not self._reports:

@@ -186,8 +186,8 @@ class PickerJobs(QObject):
     # --- slots ------------------------------------------------------------------------------------
 
     def _on_relay_done(self, done: _Done) -> None:
-        if done.owner != self._id or self._newest.get(done.kind) != done.generation or done.kind not in self._pending:
-            return  # another dialog's, or stale
+        if self._newest.get(done.kind) != done.generation or done.kind not in self._pending:
+            return  # stale (the relay hands each result to its own PickerJobs only)
         self._pending.discard(done.kind)
         self._dispatch(lambda: self.finished.emit(done.kind, done.result, done.error))
 
