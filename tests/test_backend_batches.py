@@ -49,3 +49,32 @@ def test_checks_run_before_the_first_batch(smol_session, small_batches) -> None:
     with pytest.raises(LlamaError, match="rows with logits"):
         ctx.decode_batches(list(range(100)), logits_for="all")
     assert ctx.tokens == []
+
+
+def test_logits_rows_are_llama_cpps_rows(smol_session, small_batches) -> None:
+    """`logits(i)` reads the last decode's output rows through one view of llama.cpp's buffer: each row equals what
+    llama_get_logits_ith gives for it, after "all", after "last" (a multi-batch prompt: only the last chunk's last
+    token) and after the buffer grew for more rows; a row the decode did not ask for is refused, not read."""
+    import llama_cpp
+    import numpy as np
+
+    ctx = small_batches
+    n_vocab = ctx.model.n_vocab
+
+    def theirs(row: int) -> np.ndarray:
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx._ctx, row), shape=(n_vocab,)).copy()
+
+    tokens = _prompt(smol_session)
+    ctx.decode(tokens[:12], logits_for="last")  # two chunks of 8 and 4
+    assert np.array_equal(ctx.logits(-1), theirs(-1)) and np.array_equal(ctx.logits(0), theirs(-1))
+    with pytest.raises(LlamaError, match="no logits for row 1"):
+        ctx.logits(1)
+    for width in (2, 5, 8):  # more rows than before: llama.cpp may move its buffer
+        ctx.decode(tokens[12 : 12 + width] if width <= 8 else tokens[12:], logits_for="all")
+        for row in range(min(width, 8)):
+            assert np.array_equal(ctx.logits(row), theirs(row)), row
+        assert np.array_equal(ctx.logits(-1), theirs(-1))
+        ctx.truncate(12)
+    ctx.decode(tokens[12:14], logits_for="none")
+    with pytest.raises(LlamaError, match="no logits"):
+        ctx.logits(-1)

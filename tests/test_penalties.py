@@ -197,3 +197,28 @@ def test_apply_in_its_buffer_equals_the_full_computation(params):
     same = window.apply(row)
     assert window.apply(row.astype(np.float64)) is same  # the one buffer (a float64 row is cast as before)
     assert np.array_equal(same, _old_apply(window, params, row.astype(np.float64)))
+
+
+@pytest.mark.parametrize("params", CASES)
+def test_penalise_in_place_equals_apply_and_restores_the_row(params):
+    """The engine penalises llama.cpp's row in place: the same values as `apply`'s copy, and `restore` puts back the
+    very bits (a second penalise restores a forgotten first; a float64 row gets the copy and is left alone)."""
+    rng = np.random.default_rng(params.repeat_last_n + 7)
+    window = PenaltyWindow(params, rng.integers(0, 64, 80).tolist())
+    for _ in range(10):
+        row = (rng.standard_normal(151_936) * 3).astype(np.float32)
+        kept = row.copy()
+        expected = window.apply(row).copy()
+        assert window.penalise(row) is row
+        assert np.array_equal(row, expected) and not np.array_equal(row, kept)
+        window.restore()
+        assert np.array_equal(row, kept)
+        window.penalise(row)
+        window.push(int(rng.integers(0, 64)))  # the counts change before the restore: the saved entries still go back
+        window.penalise(kept.copy())  # and a new penalise restores the row it left
+        assert np.array_equal(row, kept)
+        window.restore()
+    wide = kept.astype(np.float64)
+    out = window.penalise(wide)
+    assert out is not wide and np.array_equal(out, window.apply(wide)) and np.array_equal(wide, kept)
+    window.restore()

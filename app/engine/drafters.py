@@ -223,8 +223,12 @@ class ModelDrafter(ProposerBase):
         tokens: list[int] = []
         dists: list[Dist] = []
         for i in range(k):
-            logits = self.ctx.logits(-1) if window is None else window.apply(self.ctx.logits(-1))
-            token, confidence, q = draft_pick(logits, sampling, noise, len(context) + i)
+            logits = self.ctx.logits(-1) if window is None else window.penalise(self.ctx.logits(-1))
+            try:
+                token, confidence, q = draft_pick(logits, sampling, noise, len(context) + i)
+            finally:
+                if window is not None:
+                    window.restore()
             if i >= self.draft_min and confidence < self.p_min:
                 break
             tokens.append(token)

@@ -261,19 +261,23 @@ class SpecEngine:
         n = len(draft.tokens)
         for i in range(n + 1):
             row = first if i == 0 and first is not None else self.target.logits(i)
-            logits = row if window is None else window.apply(row)
-            if track_margins:
-                margins.append(top_two_margin(logits))
-            p_choice: float | None = None
-            q_choice: float | None = None
-            if sampling.greedy:
-                choice = int(np.argmax(logits))
-            else:
-                p = distribution(logits, sampling)
-                choice = noise.sample(p, position + i)
-                p_choice = p.prob(choice)
-                if i < n and draft.q is not None:
-                    q_choice = draft.q[i].prob(choice)
+            logits = row if window is None else window.penalise(row)  # in place, until the restore below
+            try:
+                if track_margins:
+                    margins.append(top_two_margin(logits))
+                p_choice: float | None = None
+                q_choice: float | None = None
+                if sampling.greedy:
+                    choice = int(np.argmax(logits))
+                else:
+                    p = distribution(logits, sampling)
+                    choice = noise.sample(p, position + i)
+                    p_choice = p.prob(choice)
+                    if i < n and draft.q is not None:
+                        q_choice = draft.q[i].prob(choice)
+            finally:
+                if window is not None:
+                    window.restore()
             if i < n and choice == draft.tokens[i]:
                 out.append((choice, TokenFate.ACCEPTED, p_choice, q_choice))
                 if window is not None:

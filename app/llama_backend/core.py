@@ -436,6 +436,12 @@ class LlamaContext:
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.tokens: list[int] = []  # what the KV cache holds, position by position
+        # The last decode's output rows (see logits): how many, and a view of llama.cpp's buffer, made once per
+        # buffer address instead of per row (a ctypes view cost ~0.1 ms a row right after a decode).
+        self._n_out = 0
+        self._out_view: np.ndarray | None = None
+        self._out_address = 0
+        self._rows: np.ndarray | None = None
         # (n, a copy of the logits that followed tokens[:n]), kept by keep_last_logits until the cache is cut below n
         self._kept: tuple[int, np.ndarray] | None = None
         self.native_ms = 0.0  # time spent inside llama_decode, to tell engine overhead from model time
@@ -491,6 +497,7 @@ class LlamaContext:
                 batch.seq_id[i][0] = 0
                 batch.logits[i] = logits_for == "all" or (logits_for == "last" and last_chunk and i == len(chunk) - 1)
             batch.n_tokens = len(chunk)
+            self._n_out, self._rows = 0, None  # no rows until this decode succeeds
             t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(self._ctx, batch)
             # On GPU backends llama_decode only queues the work; the wait would otherwise fall into
@@ -503,6 +510,7 @@ class LlamaContext:
                 if self.model.recurrent or not llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1):
                     self.clear()
                 raise LlamaError(f"llama_decode failed with code {rc} on {self.model.path.name} (KV cache full?)")
+            self._n_out = len(chunk) if logits_for == "all" else int(logits_for == "last" and last_chunk)
             start_pos = self.n_past
             self.tokens.extend(chunk)
             if self.follower is not None:
@@ -513,11 +521,28 @@ class LlamaContext:
             yield start
 
     def logits(self, row: int = -1) -> np.ndarray:
-        """A zero-copy view of the logits of batch row `row` of the last decode call (valid until the next)."""
-        ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
+        """A zero-copy view of the logits of output row `row` of the last decode call (valid until the next):
+        with logits for "all", row i is batch token i; with "last", row 0 (or -1) is the last token's."""
+        rows = self._rows if self._rows is not None else self._output_rows()
+        if not -rows.shape[0] <= row < rows.shape[0]:
+            raise LlamaError(f"no logits for row {row} of the last batch ({rows.shape[0]} rows had logits)")
+        return rows[row]
+
+    def _output_rows(self) -> np.ndarray:
+        """The last decode's output rows as one (rows, n_vocab) view. llama_get_logits gives them in batch order
+        (llama-context.cpp); its buffer only grows, so a view made at the same address stays in bounds."""
+        n_vocab = self.model.n_vocab
+        ptr = llama_cpp.llama_get_logits(self._ctx) if self._n_out else None
         if not ptr:
-            raise LlamaError(f"llama.cpp returned no logits for row {row} of the last batch")
-        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
+            raise LlamaError(f"llama.cpp holds no logits for the last batch on {self.model.path.name}")
+        address = ctypes.addressof(ptr.contents)
+        view = self._out_view
+        if view is None or self._out_address != address or view.shape[0] < self._n_out:
+            buffer = (ctypes.c_float * (self._n_out * n_vocab)).from_address(address)
+            view = self._out_view = np.frombuffer(buffer, dtype=np.float32).reshape(self._n_out, n_vocab)
+            self._out_address = address
+        self._rows = view[: self._n_out]
+        return self._rows
 
     def keep_last_logits(self) -> None:
         """Keep a copy of the last decode's last row, the logits after everything cached so far."""
