@@ -539,7 +539,7 @@ class LlamaContext:
         view = self._out_view
         if view is None or self._out_address != address or view.shape[0] < self._n_out:
             buffer = (ctypes.c_float * (self._n_out * n_vocab)).from_address(address)
-            view = self._out_view = np.frombuffer(buffer, dtype=np.float32).reshape(self._n_out, n_vocab)
+            view = self._out_view = np.frombuffer(memoryview(buffer), dtype=np.float32).reshape(self._n_out, n_vocab)
             self._out_address = address
         self._rows = view[: self._n_out]
         return self._rows
