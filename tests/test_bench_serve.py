@@ -52,6 +52,10 @@ def _check(report: dict[str, Any], columns: list[str]) -> None:
     assert all(r["vs_specchat"] == 1.0 and r["same_as_specchat"] for r in specchat.values())
     for kind in ("edit", "chat"):
         assert report["summary"]["specchat"][kind]["requests"] == 1
+    for row in report["results"]:  # greedy: a reply that parts is placed against the target's plain reply
+        texts = {c["text"] for c in report["calls"] if c["request"] == row["request"]}
+        parting = row["parts_from_plain"]
+        assert parting is None if len(texts) == 1 else parting is None or isinstance(parting["near_tie"], bool)
 
 
 def test_bench_serve_report(tmp_path: Path, smol_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,3 +104,21 @@ def test_first_difference_names_line_and_column() -> None:
     assert d is not None and (d["line"], d["column"], d["char"]) == (2, 12, 20)
     assert d["specchat"] == "x\n" and d["this"] == "y\n"
     assert first_difference("abc", "ab") == {"char": 2, "line": 1, "column": 3, "specchat": "c", "this": ""}
+
+
+def test_plain_parting_names_the_token_and_its_margin() -> None:
+    """A reply that parts from the target's plain reply is placed at the plain reply's token (the first of the
+    tokens that complete a multi-byte character), with the margin there: a near-tie under parting's bound, a real
+    difference above it, and no margin past the plain reply's end."""
+    from app.cli.bench_serve import plain_parting
+
+    pieces, margins = ["Hello", ",", " wor", "ld"], [2.0, 0.05, 1.0, 3.0]
+    assert plain_parting(pieces, margins, "Hello, world") is None
+    near = plain_parting(pieces, margins, "Hello; world")
+    assert near is not None and (near["token"], near["char"], near["margin"], near["near_tie"]) == (1, 5, 0.05, True)
+    real = plain_parting(pieces, margins, "Hello, word")
+    assert real is not None and (real["token"], real["margin"], real["near_tie"]) == (3, 3.0, False)
+    split = plain_parting(["a", "", "\u00e9", "b"], [1.0, 0.01, 2.0, 1.0], "ax")
+    assert split is not None and split["token"] == 1 and split["near_tie"]
+    longer = plain_parting(["ab"], [1.0], "abc")
+    assert longer is not None and longer["token"] == 1 and longer["margin"] is None and not longer["near_tie"]

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +218,56 @@ def first_difference(ours: str, theirs: str) -> dict[str, Any] | None:
             "specchat": ours[i:i + 40], "this": theirs[i:i + 40]}
 
 
+def plain_parting(pieces: Sequence[str], margins: Sequence[float], text: str) -> dict[str, Any] | None:
+    """Where `text` parts from the target's own plain reply, given as its tokens' texts (`pieces`) and the top-two
+    logit margins there: None when equal; else the plain reply's token at the first differing character, its
+    margin (None where the plain reply had ended) and whether that is a near-tie (parting.NEAR_TIE_MARGIN)."""
+    from app.engine.parting import NEAR_TIE_MARGIN
+
+    plain = "".join(pieces)
+    if text == plain:
+        return None
+    i = next((k for k, (a, b) in enumerate(zip(plain, text, strict=False)) if a != b), min(len(plain), len(text)))
+    token, end, start = len(pieces), 0, 0  # start: the first token of the character being completed
+    for t, piece in enumerate(pieces):
+        end += len(piece)
+        if end > i:
+            token = start
+            break
+        if piece:
+            start = t + 1
+    margin = float(margins[token]) if token < len(margins) else None
+    return {"token": token, "char": i, "margin": margin,
+            "near_tie": margin is not None and margin < NEAR_TIE_MARGIN}
+
+
+def plain_references(cfg: Any, requests: list[ServeRequest], calls: list[dict[str, Any]], max_tokens: int
+                     ) -> dict[str, dict[str, Any]]:
+    """For every request whose replies are not all one text: the target's plain greedy reply (mode none, untimed,
+    in this process, after the servers are gone) with its top-two margin at each token, so a parting can be told
+    a near-tie or a real difference as `specchat bench` tells them."""
+    from app.engine.events import FinishEvent, TokenEvent
+    from app.engine.session import GenParams, SpecSession
+
+    differing = [r for r in requests if len({c["text"] for c in calls if c["request"] == r.id}) > 1]
+    if not differing:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    session = SpecSession(replace(cfg, draft=None))
+    try:
+        for request in differing:
+            pieces: list[str] = []
+            params = GenParams(mode="none", n_predict=max_tokens, sampling=SamplingParams(), track_margins=True)
+            for event in session.generate(session.chat_prompt(request.messages()), params):
+                if isinstance(event, TokenEvent):
+                    pieces.append(event.text)
+                elif isinstance(event, FinishEvent):
+                    out[request.id] = {"pieces": pieces, "margins": list(event.margins)}
+    finally:
+        session.close()
+    return out
+
+
 # --- the report ---------------------------------------------------------------------------------------------------
 
 def _ratios(calls: list[dict[str, Any]], base: list[dict[str, Any]], key: str) -> list[float]:
@@ -229,8 +279,11 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def results(requests: list[ServeRequest], columns: list[Column], calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per request and column: medians, same-round ratios, prediction counts, and the replies against specchat's."""
+def results(requests: list[ServeRequest], columns: list[Column], calls: list[dict[str, Any]],
+            plain: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Per request and column: medians, same-round ratios, prediction counts, and the replies against specchat's
+    and, where `plain` holds the request's plain reply (plain_references), against the target's own."""
+    plain = plain or {}
     out = []
     for request in requests:
         mine = [c for c in calls if c["request"] == request.id]
@@ -261,8 +314,21 @@ def results(requests: list[ServeRequest], columns: list[Column], calls: list[dic
                 "differs_in_rounds": [r for r, _ in differs],
                 "first_difference": differs[0][1] if differs else None,
                 "prompt_tokens_as_specchat": last["prompt_tokens"] == base[SPECCHAT][-1]["prompt_tokens"],
+                "parts_from_plain": _first_plain_parting(plain.get(request.id), runs),
             })
     return out
+
+
+def _first_plain_parting(reference: dict[str, Any] | None, runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first round whose reply parts from the target's plain reply, where it parts; None when every round's
+    reply is the plain one or there is no reference (greedy replies all alike, or sampled)."""
+    if reference is None:
+        return None
+    for run in runs:
+        parting = plain_parting(reference["pieces"], reference["margins"], run["text"])
+        if parting is not None:
+            return {"round": run["round"], **parting}
+    return None
 
 
 def summary(columns: list[Column], rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -279,6 +345,8 @@ def summary(columns: list[Column], rows: list[dict[str, Any]]) -> dict[str, Any]
                    for key in ("median_tokens_per_second", "median_server_tokens_per_second", "median_latency_s",
                                "vs_specchat", "vs_specchat_server", "vs_llama_server", "vs_llama_server_server")},
                 "same_as_specchat": sum(r["same_as_specchat"] for r in mine),
+                # replies that part from the target's plain reply where it was not a near-tie
+                "real_differences": sum(1 for r in mine if (r.get("parts_from_plain") or {}).get("near_tie") is False),
             }
     return out
 
@@ -288,6 +356,20 @@ def _x(value: float | None) -> str:
 
 
 def _same(row: dict[str, Any]) -> str:
+    return _vs_specchat(row) + _vs_plain(row.get("parts_from_plain"))
+
+
+def _vs_plain(parting: dict[str, Any] | None) -> str:
+    """How the reply stands to the target's own plain reply, where one was decoded (replies that differ)."""
+    if parting is None:
+        return ""
+    if parting["margin"] is None:
+        return f"; parts from plain at token {parting['token']}, after the plain reply's end"
+    kind = "a near-tie" if parting["near_tie"] else "REAL DIFFERENCE"
+    return f"; parts from plain at token {parting['token']}: {kind} (margin {parting['margin']:.3f})"
+
+
+def _vs_specchat(row: dict[str, Any]) -> str:
     if row["column"] == SPECCHAT:
         return "(reference)"
     if row["same_as_specchat"]:
@@ -326,7 +408,8 @@ def format_report(report: dict[str, Any]) -> str:
                          f"vs specchat {_x(m['vs_specchat'])} (srv {_x(m['vs_specchat_server'])})"
                          + (f", vs llama-server {_x(m['vs_llama_server'])} (srv {_x(m['vs_llama_server_server'])})"
                             if has_ls else "")
-                         + f", same as specchat {m['same_as_specchat']}/{m['requests']}")
+                         + f", same as specchat {m['same_as_specchat']}/{m['requests']}"
+                         + f", real differences from plain {m['real_differences']}")
     ngram = [c for c in report["summary"] if c.startswith(LLAMA_SERVER + "+") and "edit" in report["summary"][c]]
     if len(ngram) > 1:
         best = max(ngram, key=lambda c: report["summary"][c]["edit"]["vs_llama_server"] or 0.0)
@@ -407,7 +490,9 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
                                                                   params.sampling), column, f"{request.id}, round {r}")
                         calls.append({"request": request.id, "round": r, "order": order, **call})
                         bar.update(1)
-    rows = results(requests, columns, calls)
+    # Greedy replies that part are told near-ties or real differences against the target's plain reply.
+    plain = plain_references(cfg, requests, calls, max_tokens) if params.sampling.greedy else {}
+    rows = results(requests, columns, calls, plain)
     report: dict[str, Any] = {
         "machine": machine_description(),
         "models": {"target": str(target), "draft": str(draft) if draft else None},
