@@ -208,11 +208,17 @@ def decode_rate(timings: dict[str, Any], specchat: bool) -> float:
     return (n - 1) * 1000.0 / ms
 
 
+def _first_differing_char(a: str, b: str) -> int:
+    """The index of the first character where two different texts part (the shorter's length if one begins the
+    other)."""
+    return next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
 def first_difference(ours: str, theirs: str) -> dict[str, Any] | None:
     """Where two replies part: None when equal; else the character, its line and column, and both sides."""
     if ours == theirs:
         return None
-    i = next((k for k, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs)))
+    i = _first_differing_char(ours, theirs)
     line = ours.count("\n", 0, i) + 1
     return {"char": i, "line": line, "column": i - (ours.rfind("\n", 0, i) + 1) + 1,
             "specchat": ours[i:i + 40], "this": theirs[i:i + 40]}
@@ -227,7 +233,7 @@ def plain_parting(pieces: Sequence[str], margins: Sequence[float], text: str) ->
     plain = "".join(pieces)
     if text == plain:
         return None
-    i = next((k for k, (a, b) in enumerate(zip(plain, text, strict=False)) if a != b), min(len(plain), len(text)))
+    i = _first_differing_char(plain, text)
     token, end, start = len(pieces), 0, 0  # start: the first token of the character being completed
     for t, piece in enumerate(pieces):
         end += len(piece)
@@ -241,11 +247,12 @@ def plain_parting(pieces: Sequence[str], margins: Sequence[float], text: str) ->
             "near_tie": margin is not None and margin < NEAR_TIE_MARGIN}
 
 
-def plain_references(cfg: Any, requests: list[ServeRequest], calls: list[dict[str, Any]], max_tokens: int
-                     ) -> dict[str, dict[str, Any]]:
-    """For every request whose replies are not all one text: the target's plain greedy reply (mode none, untimed,
-    in this process, after the servers are gone) with its top-two margin at each token, so a parting can be told
-    a near-tie or a real difference as `specchat bench` tells them."""
+def plain_references(cfg: Any, requests: list[ServeRequest], calls: list[dict[str, Any]], max_tokens: int,
+                     sampling: SamplingParams) -> dict[str, dict[str, Any]]:
+    """For every request whose replies are not all one text: the target's plain reply with the run's greedy
+    `sampling` (its penalties included; mode none, untimed, in this process, after the servers are gone) and its
+    top-two margin at each token, so a parting can be told a near-tie or a real difference as `specchat bench`
+    tells them."""
     from app.engine.events import FinishEvent, TokenEvent
     from app.engine.session import GenParams, SpecSession
 
@@ -253,11 +260,11 @@ def plain_references(cfg: Any, requests: list[ServeRequest], calls: list[dict[st
     if not differing:
         return {}
     out: dict[str, dict[str, Any]] = {}
+    params = GenParams(mode="none", n_predict=max_tokens, sampling=sampling, track_margins=True)
     session = SpecSession(replace(cfg, draft=None))
     try:
         for request in differing:
             pieces: list[str] = []
-            params = GenParams(mode="none", n_predict=max_tokens, sampling=SamplingParams(), track_margins=True)
             for event in session.generate(session.chat_prompt(request.messages()), params):
                 if isinstance(event, TokenEvent):
                     pieces.append(event.text)
@@ -491,7 +498,7 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
                         calls.append({"request": request.id, "round": r, "order": order, **call})
                         bar.update(1)
     # Greedy replies that part are told near-ties or real differences against the target's plain reply.
-    plain = plain_references(cfg, requests, calls, max_tokens) if params.sampling.greedy else {}
+    plain = plain_references(cfg, requests, calls, max_tokens, params.sampling) if params.sampling.greedy else {}
     rows = results(requests, columns, calls, plain)
     report: dict[str, Any] = {
         "machine": machine_description(),
