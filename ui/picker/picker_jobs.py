@@ -132,7 +132,9 @@ class PickerJobs(QObject):
         self._pending: set[str] = set()
         self._deferred: dict[str, Callable[[], None]] = {}  # kind -> GUI-thread work for the next turn
         self._dispatching = False  # inside a handler, which may start the next job: not settled yet
-        _the_relay().owners[self._id] = weakref.ref(self)
+        owners = _the_relay().owners
+        # The entry goes with its PickerJobs' wrapper, so dialogs opened and closed all day leave nothing behind.
+        owners[self._id] = weakref.ref(self, lambda _dead, key=self._id: owners.pop(key, None))
 
     # --- public API -------------------------------------------------------------------------------
 
