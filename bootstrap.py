@@ -984,6 +984,10 @@ def parse_args(argv: list[str]) -> tuple[str, str | None, bool, list[str]]:
 def main(argv: list[str]) -> int:
     if sys.version_info < (3, 11):
         sys.exit(f"bootstrap: SpecChat needs Python 3.11 or newer; this is {sys.version.split()[0]}")
+    from app.cpu_floor import problem as cpu_problem  # standard library only (this file's folder is on sys.path)
+
+    if text := cpu_problem():  # before minutes of compiling for a CPU that NumPy and Qt cannot run on
+        sys.exit(f"bootstrap: {text}")
     command, asked, dry_run, rest = parse_args(argv)
     if command not in ("run", "test"):
         sys.exit(f"bootstrap: unknown command {command!r}; use `run` or `test` (`--help` for more)")

@@ -111,8 +111,8 @@ ${homepage:+Homepage: $homepage
  coloured by its fate. Includes live statistics, a memory meter for both models, a model picker
  and a side-by-side comparison of plain and speculative decoding.
  .
- Runs on $runs_on ($arch). The package carries Python, Qt and llama.cpp
- in /opt/specchat; their licences are in /usr/share/doc/$pkg.$vulkan_text
+ Runs on $runs_on ($arch$([ "$arch" = amd64 ] && echo ', a CPU with SSE4.2: x86-64-v2')). The package
+ carries Python, Qt and llama.cpp in /opt/specchat; their licences are in /usr/share/doc/$pkg.$vulkan_text
 EOF
 
 if command -v desktop-file-validate >/dev/null; then

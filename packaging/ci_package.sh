@@ -41,7 +41,8 @@ fi
 
 packaging/build.sh "$@"
 
-# The portable llama.cpp on CPUs this machine is not: Haswell (AVX2, no AVX-512) and Nehalem (no AVX).
+# The portable llama.cpp on CPUs this machine is not: Haswell (AVX2, no AVX-512) and Nehalem (no AVX), window
+# included; and a Core 2 (Conroe, below the x86-64-v2 that NumPy and Qt need) refused with a message, not SIGILL.
 if [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ]; then
   bash packaging/qemu_selftest.sh
 fi

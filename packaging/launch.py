@@ -62,5 +62,5 @@ def _log_without_console() -> None:
 
 
 if __name__ == "__main__":
-    _log_without_console()
+    _log_without_console()  # (the processor was checked before this, by rthooks/pyi_rth_cpu_floor.py)
     sys.exit(run(sys.argv[1:]))

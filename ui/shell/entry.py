@@ -1,7 +1,8 @@
 """Console entry points: `specchat` (every command, `gui` by default) and `specchat-gui`.
 
 app/ must not import Qt, so the `gui` command is registered from here; Qt is imported only inside
-its handler, and `specchat generate` never loads it.
+its handler, and `specchat generate` never loads it. Nothing that needs NumPy or Qt is imported before the
+processor is checked (app/cpu_floor.py): on a CPU older than x86-64-v2 they die with "Illegal instruction".
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.cli import main as cli
-from app.cli.options import add_generation_args, add_model_args
-from ui.shell.platform_check import refuse_if_broken
+from app.cpu_floor import refuse_if_too_old
+from ui.shell.platform_check import refuse_if_broken, show_outside_terminal
 
 
 def _register_gui(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from app.cli.options import add_generation_args, add_model_args
+
     gui = subparsers.add_parser("gui", help="open the chat window (the default with no command)")
     gui.add_argument("--prompt", help="submit this prompt as soon as the models are loaded")
     gui.add_argument("--compare", action="store_true", help="side-by-side comparison on (plain vs speculative)")
@@ -42,11 +44,15 @@ def _cmd_gui(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if code := refuse_if_too_old(show_outside_terminal):
+        return code
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--self-test"]:
         from ui.shell.selftest_gui import main as selftest_main
 
         return selftest_main(args[1:])
+    from app.cli import main as cli
+
     return cli.main(args, extra_commands=[_register_gui], default_command="gui")
 
 
