@@ -23,10 +23,11 @@ sys.path.insert(0, str(KIT))
 
 import gguf_headers  # noqa: E402
 import replay  # noqa: E402
+import serve_prediction  # noqa: E402
 import synth_gguf  # noqa: E402
 
 REPORT_FIELDS = ("backend", "memory", "verify_ms", "identity", "engine_overhead_pct", "predicted_speedup",
-                 "carry_bytes", "governor")
+                 "carry_bytes", "governor", "predicted_serve")
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +124,31 @@ def test_committed_traces_come_from_the_demo_pair() -> None:
         assert len(t["draft_agree"]) == t["n_reply"] == len(t["lookup"]) > 0
 
 
+def test_committed_prediction_replies_are_bench_serves_edits_by_the_demo_target() -> None:
+    from app.cli.bench_serve import load_requests
+
+    data = json.loads(serve_prediction.REPLIES.read_text())
+    assert data["model"].startswith("qwen2.5-coder-1.5b")
+    edits = {r.id for r in load_requests(None) if r.prediction is not None}
+    assert {r["id"] for r in data["requests"]} == edits
+    for r in data["requests"]:
+        assert r["reply"] and r["prediction"] and r["prompt"] and r["eog"]
+
+
+def test_prediction_replay_prices_the_replies_by_the_device_costs() -> None:
+    """The kit's serve phase on two made-up devices: one whose verify costs hardly grow with the rows (a GPU), where
+    copying the edited file pays several times over, and one where every row costs a plain step, where nothing can
+    pay and the governors must keep drafting from costing more than a few percent. The replay itself asserts that
+    each mode writes the recorded reply."""
+    flat = serve_prediction.predict({r: 1.0 + 0.02 * (r - 1) for r in range(1, 65)}, on_gpu=True)
+    assert flat["requests"] == 8 and flat["tokens"] > 2000
+    assert flat["geomean"]["lookup+prediction"] > 2.0 and flat["geomean"]["none+prediction"] > 2.0
+    assert flat["prediction_over_lookup"] >= 0.98
+    serial = serve_prediction.predict({r: float(r) for r in range(1, 65)}, on_gpu=False)
+    for mode, ratio in serial["geomean"].items():
+        assert 0.9 <= ratio <= 1.0 + 1e-9, (mode, ratio)
+
+
 @pytest.mark.slow
 def test_dry_run_writes_every_report_field(tmp_path: Path, target_path: Path, draft_path: Path) -> None:
     out = tmp_path / "out"
@@ -157,6 +183,10 @@ def test_dry_run_writes_every_report_field(tmp_path: Path, target_path: Path, dr
         assert set(report["governor"]["engine"][pair]) == {"lookup", "draft", "hybrid", "lookup-no-copies"}
     agreeing = report["engine"]["agreeing-0.5b/2-layer"]["draft"]
     assert agreeing["drafted"] > 0 and agreeing["accepted"] >= 0.75 * agreeing["drafted"]  # the pair agrees
+    serve = report["predicted_serve"]
+    assert serve["requests"] == 8 and not serve["on_gpu"]
+    assert set(serve["geomean"]) == {"lookup", "lookup+prediction", "none+prediction"}
+    assert "## Predicted Outputs on this device's costs" in (out / "report.md").read_text()
     assert 0 < report["carry_bytes"] < 64 << 20
 
 

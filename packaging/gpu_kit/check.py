@@ -4,8 +4,9 @@
 
 Phases: synthetic models from the carried headers -> memory (prediction vs llama.cpp's report) ->
 verify costs and logit identity -> the engine in each mode -> speedups predicted from the carried
-acceptance traces. `report.json` and `report.md` are rewritten after every phase, so a run cut short
-still leaves what it measured; a phase that fails is recorded under `errors` and the next one runs.
+acceptance traces -> Predicted Outputs on bench-serve's edit requests (serve_prediction.py) -> llama.cpp's
+own tools. `report.json` and `report.md` are rewritten after every phase, so a run cut short still leaves what it
+measured; a phase that fails is recorded under `errors` and the next one runs.
 The dry run is the same code on whatever backend is installed (the CPU in CI) with fewer layers.
 """
 
@@ -31,6 +32,7 @@ import memory_check  # noqa: E402
 import native_compare  # noqa: E402
 import replay  # noqa: E402
 import report_md  # noqa: E402
+import serve_prediction  # noqa: E402
 import synth_gguf  # noqa: E402
 
 SHAPES = ("target-1.5b", "draft-0.5b", "target-7b")  # the demo pair's and the 7B's exact shapes
@@ -42,7 +44,7 @@ PAIRS = {"1.5b/0.5b": ("target-1.5b", "draft-0.5b"), "7b/0.5b": ("target-7b", "d
 REPLAYED = ("1.5b/0.5b", "7b/0.5b")
 # The phases in order, with the seconds each needs left to start; native last: issue 12's fields come first.
 PHASES = {"environment": 1, "synthesize": 30, "memory": 30, "costs": 20, "engine": 20, "speedups": 2, "governor": 0,
-          "native": native_compare.MIN_LEFT_S}
+          "serve": 10, "native": native_compare.MIN_LEFT_S}
 
 
 class Plan:
@@ -226,6 +228,11 @@ def main(argv: list[str]) -> int:
                        for pair, modes in rep.get("predicted_speedup", {}).items()},
         }
 
+    def serve() -> None:
+        # The demo target's shape prices the replies the real 1.5B target wrote; the dry run's costs are the CPU's.
+        verify = {int(k): v for k, v in rep["verify_ms"]["target-1.5b"].items()}
+        rep["predicted_serve"] = serve_prediction.predict(verify, on_gpu=not plan.dry)
+
     def native() -> None:
         tools = native_compare.tools_dir(args.native)
         if tools is None:
@@ -242,7 +249,7 @@ def main(argv: list[str]) -> int:
             run.save()
 
     fns = {"environment": environment, "synthesize": synthesize, "memory": memory, "costs": costs, "engine": engine,
-           "speedups": speedups, "governor": governor, "native": native}
+           "speedups": speedups, "governor": governor, "serve": serve, "native": native}
     for name, needs in PHASES.items():
         if name in chosen:
             run.phase(name, needs, fns[name])
@@ -254,7 +261,7 @@ def main(argv: list[str]) -> int:
     if chosen != set(PHASES):
         return 1 if rep["errors"] else 0
     missing = [k for k in ("backend", "memory", "verify_ms", "identity", "engine_overhead_pct", "predicted_speedup",
-                           "carry_bytes", "governor") if k not in rep]
+                           "carry_bytes", "governor", "predicted_serve") if k not in rep]
     if missing or rep["errors"]:
         print(f"gpu_check: incomplete report (missing {missing}, failed {list(rep['errors'])})", file=sys.stderr)
         return 1

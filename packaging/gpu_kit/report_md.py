@@ -21,7 +21,7 @@ def render(r: dict) -> str:
     for name, p in r.get("phases", {}).items():
         out.append(f"| {name} | " + (f"{p['seconds']} s" if "seconds" in p and "failed" not in p else
                                      p.get("failed") or p.get("skipped", "")) + " |")
-    out += _memory(r) + _verify(r) + _identity(r) + _engine(r) + _speedup(r) + _native(r)
+    out += _memory(r) + _verify(r) + _identity(r) + _engine(r) + _speedup(r) + _serve(r) + _native(r)
     return "\n".join(out) + "\n"
 
 
@@ -108,6 +108,22 @@ def _speedup(r: dict) -> list[str]:
         for mode, p in modes.items():
             out.append(f"| {pair} | {mode} | {p['governed']}x | {p['best_fixed']}x (K={p['best_fixed_k']}) | "
                        f"{p['drafting_pays']} | {p['governor_ok']} | {p['replies_drafting_at_end']}/{p['replies']} |")
+    return out
+
+
+def _serve(r: dict) -> list[str]:
+    sp = r.get("predicted_serve") or {}
+    if not sp:
+        return []
+    out = ["", f"## Predicted Outputs on this device's costs: bench-serve's {sp['requests']} edit requests "
+               f"({sp['tokens']} reply tokens by {sp['model']}, recorded {sp['recorded']}), against plain decoding "
+               "in plain steps", "",
+           "| request | lookup | lookup + prediction | none + prediction | prediction over lookup |",
+           "|---|---|---|---|---|"]
+    rows = {**sp["per_request"], "geometric mean": sp["geomean"]}
+    for rid, c in rows.items():
+        out.append(f"| {rid} | {c['lookup']:.3f} | {c['lookup+prediction']:.3f} | {c['none+prediction']:.3f} | "
+                   f"{c['lookup+prediction'] / c['lookup']:.3f} |")
     return out
 
 
