@@ -308,6 +308,8 @@ class LlamaModel:
         rounds differently (logits apart by up to ~0.4 on the demo pair), smaller batches re-read
         the weights row by row (so K <= 2 would cost as much as plain steps) and still parted from
         one-token decoding at a 0.10 margin. GPU kernels have their own switches, unmeasured: None.
+        Measured on AVX2 CPUs. On an AMD Zen 4 with AVX-512 the demo pair's 7-row batches still matched, but Gemma
+        3's did not (tests/test_sliding_window.py measures it): there strict mode is not bit-exact for every model.
         """
         remote = any(is_rpc_device(d) for d in self.config.devices or ())  # an RPC server's kernels
         if self.config.repack or (self.config.n_gpu_layers != 0 and (supports_gpu_offload() or remote)):
