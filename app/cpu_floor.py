@@ -15,6 +15,7 @@ memory), it stays out of the way.
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import platform
@@ -55,8 +56,10 @@ def _x86_64_linux() -> bool:
     return sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64")
 
 
+@functools.cache  # the bundle checks twice in one process (its runtime hook, then ui.shell.entry): ask once
 def read_cpuid(leaves: tuple[int, ...]) -> dict[int, tuple[int, int, int, int]] | None:
-    """(eax, ebx, ecx, edx) of each leaf, asked of the processor; None where that cannot be done here."""
+    """(eax, ebx, ecx, edx) of each leaf, asked of the processor; None where that cannot be done here. The dict is
+    shared between callers: read it, never change it."""
     if not _x86_64_linux():
         return None
     try:

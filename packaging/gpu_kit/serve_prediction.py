@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT)] if str(ROOT) not in sys.path else []
 
+from app.atomic import atomic_write_text  # noqa: E402
 from tools.bench import prediction_replay  # noqa: E402
 
 REPLIES = HERE / "prediction_replies.json"
@@ -50,9 +51,7 @@ def record(model: Path, out: Path, max_tokens: int, threads: int) -> None:
     requests = prediction_replay.record(model, None, max_tokens, threads)
     data = {"model": model.name, "max_tokens": max_tokens, "recorded": time.strftime("%Y-%m-%d"),
             "requests": requests}
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n")
-    tmp.replace(out)
+    atomic_write_text(out, json.dumps(data, separators=(",", ":")) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
