@@ -66,9 +66,8 @@ class Settings:
     n_gpu_layers: int = -1
     n_gpu_layers_draft: int = -1
     flash_attn: bool = True
-    # Strict exactness: no CPU weight repacking, so verify batches of up to 7 rows run the one-token
-    # kernels (the engine keeps K within them: LlamaModel.one_token_kernel_rows); slower, see
-    # docs/BENCHMARKS.md. Off by
+    # Strict exactness: no CPU weight repacking, and verifies kept within the batches measured at load to give
+    # one-token decoding's bits (app/engine/one_token_bound.py); slower, see docs/BENCHMARKS.md. Off by
     # default: llama.cpp repacks, and so do we. (The old `repack` key lands in `extra`, ignored.)
     strict: bool = False
     # llama.cpp RPC servers whose devices the target may use ("HOST:PORT,HOST:PORT"; "" for none)

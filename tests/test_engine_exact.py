@@ -20,7 +20,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from app.cli.bench import load_prompts
-from app.engine.events import Event, FinishEvent, StepEvent, TokenEvent, TokenFate
+from app.engine.events import Event, FinishEvent, GovernorEvent, StepEvent, TokenEvent, TokenFate
 from app.engine.exact_replay import check_run, prefill, recount_penalties, replayed_rows
 from app.engine.parting import layout
 from app.engine.sampling import SampleNoise, SamplingParams, distribution
@@ -209,10 +209,11 @@ STRICT_CASES = {
 
 @pytest.mark.parametrize("item_id", list(STRICT_CASES))
 def test_strict_rows_are_one_token_decodings_bits(strict_session, item_id):
-    """Strict (no repacking, K <= 6, so a verify has at most 7 rows: one_token_kernel_rows): every row a
-    speculative run decoded is bit-identical to one-token decoding's at the same position, in every mode, and
-    so the reply is plain decoding's, token for token. Steady shapes pad short drafts to K + 1 rows and catch
-    the draft model up a row at a time: the same. The run's rows are read back by replaying its batches."""
+    """Strict (no repacking, verifies within the rows the session measured to give one-token bits: 7 on the CPUs
+    seen, so K <= 6; app/engine/one_token_bound.py): every row a speculative run decoded is bit-identical to
+    one-token decoding's at the same position, in every mode, and so the reply is plain decoding's, token for
+    token. Steady shapes pad short drafts to K + 1 rows and catch the draft model up a row at a time: the same.
+    The run's rows are read back by replaying its batches."""
     prompt = _prompt(strict_session, item_id)
     reference, rows = _one_token_rows(strict_session, prompt, N_STRICT, SamplingParams())
     for name, (mode, spec) in STRICT_CASES[item_id].items():
@@ -220,13 +221,61 @@ def test_strict_rows_are_one_token_decodings_bits(strict_session, item_id):
         steps = [e for e in events if isinstance(e, StepEvent)]
         what = f"strict {name} on {item_id!r}"
         _assert_drafted(finish, what)
-        assert max(len(s.drafted) + s.padded + 1 for s in steps) <= 7, f"{what} verified more than 7 rows"
+        most = strict_session.one_token.rows
+        assert max(len(s.drafted) + s.padded + 1 for s in steps) <= most, f"{what} verified more than {most} rows"
         if spec.steady_shapes:
             assert any(s.padded for s in steps), f"{what}: no verify was padded, steady shapes went unchecked"
         for position, _step, row in replayed_rows(strict_session.target_ctx, prompt, finish.tokens, layout(steps)):
             assert np.array_equal(row, rows[position]), \
                 f"{what}: the row for reply position {position} is not one-token decoding's"
         assert list(finish.tokens) == reference, f"{what} is not plain decoding's reply"
+
+
+def _strict_rows_parting(session, prompt: list[int], events: list[Event], rows: list[np.ndarray]) -> list[int]:
+    """The reply positions whose row, replayed in the run's batches, is not one-token decoding's, bit for bit."""
+    finish = events[-1]
+    assert isinstance(finish, FinishEvent)
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    replayed = replayed_rows(session.target_ctx, prompt, finish.tokens, layout(steps))
+    return [position for position, _step, row in replayed if not np.array_equal(row, rows[position])]
+
+
+def test_strict_replies_keep_one_token_bits_past_the_measured_span(strict_session):
+    """A strict reply that runs past the span where this context's verify batches give one-token bits (256 cached
+    positions on the CPUs measured: beyond it llama.cpp's one-token attention splits the cache across threads,
+    app/engine/one_token_bound.py): it drafts below the span, stops drafting at it with a "disable" decision
+    that says why, and every row stays one-token decoding's, so the reply is plain decoding's. Where a span was
+    measured, the same run with the span ignored (the bound assumed, as it was before it was measured) must part
+    from one-token bits past it: what this test exists to catch."""
+    bound = strict_session.one_token
+    prompt = _prompt(strict_session, "mt-refactor")  # 228 tokens, a multi-turn refactor with code to copy
+    n = 64
+    reference, rows = _one_token_rows(strict_session, prompt, n, SamplingParams())
+    assert len(prompt) + len(reference) > 256
+    spec = SpecParams(draft_max=6, adaptive=False)
+    engine = strict_session._engine("lookup", strict_session.resolve_spec(spec))
+    strict_session.clear_caches()
+    events, finish = _run(strict_session, prompt, GenParams("lookup", n, spec=spec))
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    _assert_drafted(finish, "strict lookup on 'mt-refactor'")
+    assert _strict_rows_parting(strict_session, prompt, events, rows) == []
+    assert list(finish.tokens) == reference
+    if bound.span is None:
+        pytest.skip(f"this CPU's batches kept one-token bits as far as probed ({bound.describe()})")
+    notes = [e for e in events if isinstance(e, GovernorEvent) and e.action == "disable" and "strict" in e.reason]
+    assert len(notes) == 1 and f"position {bound.span}" in notes[0].reason, notes
+    last_rows = [len(prompt) + s.position - 1 + len(s.drafted) for s in steps if s.drafted]  # verifies' last rows
+    assert max(last_rows) < bound.span, "a strict verify reached past the measured span"
+    # The mutation: the span dropped, the rows bound kept.
+    engine.one_token = replace(bound, span=None)
+    try:
+        strict_session.clear_caches()
+        events, _finish = _run(strict_session, prompt, GenParams("lookup", n, spec=spec))
+        parted = _strict_rows_parting(strict_session, prompt, events, rows)
+    finally:
+        engine.one_token = bound
+    assert parted and min(parted) + len(prompt) - 1 >= bound.span, \
+        f"with the span ignored no row past it parted from one-token bits ({parted}): the span was not needed"
 
 
 @pytest.mark.parametrize("sampling_id", list(SEEDED))

@@ -116,8 +116,8 @@ def test_the_prediction_proposer_drafts_in_mode_none_and_reports_that_mode() -> 
     none = NoDrafter()
     wrapped = PredictionProposer(none, PRED)
     assert wrapped.mode == "none" and wrapped.drafts and not none.drafts
-    assert DraftPolicy(none, SpecParams(), 6, False, lambda t: False).longest == 0
-    assert DraftPolicy(wrapped, SpecParams(), 6, False, lambda t: False).longest == 6
+    assert DraftPolicy(none, SpecParams(), 6, None, lambda t: False).longest == 0
+    assert DraftPolicy(wrapped, SpecParams(), 6, None, lambda t: False).longest == 6
     list(wrapped.prepare([1, 2, 3]))
     proposal = wrapped.propose([1, 2, 3, *PRED[:5]], 6, SamplingParams(), NOISE)
     assert proposal.tokens == tuple(PRED[5:11]) and proposal.predicted and proposal.free

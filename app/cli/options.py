@@ -51,8 +51,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                    help="llama.cpp RPC servers (`specchat rpc-server` on those machines): their devices join "
                    "this machine's for the target's layers (-ngl, the auto-fit and the memory meter count "
                    "each one with its own memory); the draft stays here. \"\" turns saved servers off")
-    g.add_argument("--strict", action="store_true", help="no CPU repacking and K <= 6, so verify batches use "
-                   "the one-token kernels: slower, for exactness checks")
+    g.add_argument("--strict", action="store_true", help="no CPU repacking, and verify batches kept where they "
+                   "were measured at load to give one-token decoding's bits (7 rows, below position 256 on the CPUs "
+                   "seen; drafting stops past that, and the reply says so): slower, for exactness checks")
 
 
 def add_generation_args(parser: argparse.ArgumentParser) -> None:
@@ -65,8 +66,8 @@ def add_generation_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-max", type=int, default=None, help="most tokens drafted per step (K)")
     g.add_argument("--draft-min", type=int, default=None, help="fewest tokens drafted before --draft-p-min may cut")
     g.add_argument("--draft-p-min", type=float, default=None, help="stop drafting below this draft confidence")
-    g.add_argument("--wide-verify", action="store_true", help="with --strict, let K reach --draft-max even "
-                   "where verify batches then leave one-token decoding's kernels (K > 6); near-ties may flip")
+    g.add_argument("--wide-verify", action="store_true", help="with --strict, let verifies reach --draft-max rows "
+                   "and any position, past what gives one-token decoding's bits; near-ties may flip")
     g.add_argument("--copy-max", default=None, metavar="K|auto", help="lookup and hybrid: most tokens of a long "
                    "running copy drafted per step (e.g. 31; 0: off, copies are drafted like any other proposal, "
                    "up to --draft-max; default auto: 31). Where the target runs on a GPU a governor of their own "

@@ -15,6 +15,7 @@ from dataclasses import replace
 from app.engine.cost_model import RowCosts
 from app.engine.events import GovernorEvent
 from app.engine.governor import COPY_TUNING, Governor
+from app.engine.one_token_bound import OneTokenBound
 from app.engine.proposal import NO_PROPOSAL, Outcome, Proposal, Proposer
 from app.engine.sampling import SampleNoise, SamplingParams
 from app.engine.spec_params import COPY_MAX_AUTO, SpecParams
@@ -74,11 +75,15 @@ def sure_copy_rule(costs: RowCosts) -> tuple[int, int]:
 class DraftPolicy:
     """One reply's governed proposer: `propose` picks the step's proposal, `learn` feeds the verdict back."""
 
-    def __init__(self, proposer: Proposer, spec: SpecParams, most: int, strict: bool,
+    def __init__(self, proposer: Proposer, spec: SpecParams, most: int, strict: OneTokenBound | None,
                  is_eog: Callable[[int], bool]) -> None:
-        """most: the draft tokens one verify may carry (its rows, less the context's last token); strict: that
-        bound is the one-token kernels' rows (SpecParams.one_token_kernels), not the batch's."""
+        """most: the draft tokens one verify may carry (its rows, less the context's last token); strict: where
+        verifies give one-token decoding's bits (SpecParams.one_token_kernels), which `most` already keeps within
+        by rows; the policy keeps them within it by position."""
         self.proposer = proposer
+        self._strict = strict
+        self._past_span = False  # the context reached past the span where strict verifies keep their bits
+        self._strict_told = False  # ... and the reply was told, or that no verify batch keeps them
         self._is_eog = is_eog
         self._steady = spec.steady_shapes
         k_max = min(spec.draft_max, most) if proposer.drafts else 0
@@ -89,7 +94,7 @@ class DraftPolicy:
         self._sure_max = kc_max if spec.sure_copies else 0
         # Within the one-token kernels' rows no sure copy runs longer than copy_max allows.
         self._sure_long = self._sure_max
-        if self._sure_max and not strict:
+        if self._sure_max and strict is None:
             self._sure_long = min(max(spec.sure_copy_long, self._sure_max), most)
         self.longest = max(k_max, kc_max)  # the longest proposal but a sure copy after a clean one
         self._k_max = k_max
@@ -112,6 +117,10 @@ class DraftPolicy:
     def propose(self, context: list[int], limit: int, sampling: SamplingParams, noise: SampleNoise) -> Proposal:
         """This step's proposal for at most `limit` tokens, ended at its first end-of-generation token, with the
         K it was asked at, whether it is a long copy, and its padding."""
+        if self._strict is not None:
+            room = self._strict.room(len(context))
+            self._past_span |= room == 0 and self._strict.span is not None and len(context) >= self._strict.span
+            limit = min(limit, room)
         if self._sure_max:
             sure_k = self._sure_long if self._clean_copy else self._sure_max
             proposal = self._sure_copy(context, min(sure_k, limit), sampling)
@@ -143,7 +152,26 @@ class DraftPolicy:
         elif self.copy_governor is not None:
             self.copy_governor.idle(accepted + 1)
         self.proposer.observe(outcome)
+        events.append(self._strict_note(outcome.step))
         return [e for e in events if e is not None]
+
+    def _strict_note(self, step: int) -> GovernorEvent | None:
+        """Once a reply: where strict mode stops drafting to keep the reply bit-exact (no verify batch gives
+        one-token decoding's bits on this CPU, or the context passed the span where they do), and why."""
+        bound = self._strict
+        if bound is None or self._strict_told or not self.proposer.drafts:
+            return None
+        if bound.rows == 1:
+            why = "no verify batch gives one-token decoding's bits on this CPU with this model"
+        elif self._past_span:
+            why = (f"past position {bound.span} this CPU's one-token decoding sums its attention in another order "
+                   "than a verify batch does")
+        else:
+            return None
+        self._strict_told = True
+        return GovernorEvent(step, "disable", self.governor.current_k(), 0,
+                             f"strict: {why}, so drafting stops to keep the reply bit-exact (turn strict off to "
+                             "draft on)")
 
     def _draft(self, context: list[int], limit: int, sampling: SamplingParams, noise: SampleNoise) -> Proposal:
         """A draft of the governor's K; while drafting is off, a free copy the governor may take as a probe

@@ -29,6 +29,8 @@ from app.engine.events import Event, FinishEvent
 from app.engine.memory_plan import check_fits, placing_for, predict_for_config
 from app.engine.mtp_drafter import MtpDrafter
 from app.engine.ngram_index import common_prefix
+from app.engine.one_token_bound import BOUNDARIES, PROBE_ROWS, OneTokenBound, probe_tokens
+from app.engine.one_token_bound import probe as probe_one_token_bound
 from app.engine.pair_config import PairConfig
 from app.engine.prediction import PredictionProposer
 from app.engine.prompt_cache import PromptCache
@@ -89,6 +91,13 @@ class SpecSession:
                                 type_k=config.type_k, type_v=config.type_v)
         self.target_ctx = LlamaContext(self.target_model, ctx_cfg)
         self._ctx_cfg = ctx_cfg
+        # Strict replies keep their verifies where this context's batches were measured to give one-token
+        # decoding's bits (a second or two on the CPU, and only where no repacking or GPU rules it out).
+        self.one_token: OneTokenBound | None = None
+        if self.target_model.one_token_kernels_may_apply:
+            tokens = probe_tokens(lambda text: self.target_model.tokenize(text, add_special=False),
+                                  BOUNDARIES[-1] + PROBE_ROWS + 1)
+            self.one_token = probe_one_token_bound(self.target_ctx, tokens)
         self.mtp_head: MtpContext | None = None  # made at the first `mtp` reply
         self.draft_model: LlamaModel | None = None
         self.draft_ctx: LlamaContext | None = None
@@ -157,7 +166,7 @@ class SpecSession:
             # The MTP head pairs every cached position with the target's hidden state there: a cache swapped in
             # from a kept snapshot has positions it never saw, so its engine keeps no snapshots.
             engine = SpecEngine(self.target_ctx, drafter,
-                                prompt_cache=None if mode in NEEDS_MTP else self.prompt_cache)
+                                prompt_cache=None if mode in NEEDS_MTP else self.prompt_cache, one_token=self.one_token)
             self._engines[mode] = engine
         model_drafter = engine.drafter.model if isinstance(engine.drafter, HybridDrafter) else engine.drafter
         if isinstance(model_drafter, ModelDrafter | MtpDrafter):
@@ -218,7 +227,7 @@ class SpecSession:
             # A one-reply engine around the mode's own drafter: the same target context and prompt caches, and the
             # drafter's state (lookup's index, the draft model's cache) carries on as in the mode's engine.
             engine = SpecEngine(engine.target, PredictionProposer(engine.drafter, prediction),
-                                prompt_cache=engine.prompt_cache)
+                                prompt_cache=engine.prompt_cache, one_token=engine.one_token)
         events = engine.generate(prompt, params.n_predict, params.sampling, spec, cancel, params.track_margins)
         text = self._rendered.get(tuple(prompt))
         return events if text is None else self._remembering(events, prompt, text)

@@ -15,8 +15,8 @@ class SpecParams:
     draft_min: int = 0  # never cut a draft for low confidence before this many tokens
     p_min: float = 0.75  # stop drafting when the draft's top probability falls below this
     adaptive: bool = True  # let the governor change K and turn drafting off when it loses
-    # Keep verify batches within the rows that run one-token decoding's kernels where the backend
-    # has such a bound (the model's one_token_kernel_rows: 7 rows on the CPU without repacking).
+    # Keep verify batches where they were measured to give one-token decoding's bits, where a bound was measured
+    # (SpecEngine.one_token: the CPU without repacking; 7 rows below position 256 on the CPUs seen).
     one_token_kernels: bool = True
     k_start: int = 3  # first K when adaptive: a cheap first draft while the governor measures
     # The most tokens of a long running copy drafted per step (lookup and hybrid, adaptive runs only; 0: off),

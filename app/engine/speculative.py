@@ -34,6 +34,7 @@ from app.engine.events import (
     TokenEvent,
     TokenFate,
 )
+from app.engine.one_token_bound import OneTokenBound
 from app.engine.penalties import PenaltyWindow
 from app.engine.prompt_cache import PromptCache
 from app.engine.proposal import NO_PROPOSAL, Outcome, Proposal, Proposer
@@ -75,11 +76,15 @@ class SpecEngine:
     """Drives one target context and one proposer (the mode's drafter). Owned by a single thread."""
 
     def __init__(self, target: TargetContext, drafter: Proposer,
-                 clock: Callable[[], float] = time.perf_counter, prompt_cache: PromptCache | None = None) -> None:
+                 clock: Callable[[], float] = time.perf_counter, prompt_cache: PromptCache | None = None,
+                 one_token: OneTokenBound | None = None) -> None:
         self.target = target
         self.model = target.model
         self.drafter = drafter
         self.prompt_cache = prompt_cache  # the session's kept caches of earlier prompts (shared by its engines)
+        # Where the target's verify batches give one-token decoding's bits, as measured (one_token_bound.py); None
+        # where no batch is known to (repacked weights, a GPU): strict replies then run unbounded.
+        self.one_token = one_token
         # Seconds, for every timer the governors learn from. A replay (tools/bench/policy_replay.py) passes a clock
         # that its stand-in target advances by a measured cost per verify, so the real policy runs in a second.
         self.clock = clock
@@ -195,9 +200,9 @@ class SpecEngine:
             raise ValueError("The prompt is empty: there is nothing to continue from.")
         if len(prompt) >= self.target.n_ctx:
             raise ContextFullError(len(prompt) + 1, self.target.n_ctx)
-        strict_rows = self.model.one_token_kernel_rows if spec.one_token_kernels else None
-        most = (self.target.max_rows if strict_rows is None else min(self.target.max_rows, strict_rows)) - 1
-        return DraftPolicy(self.drafter, spec, most, strict_rows is not None, self.model.is_eog)
+        bound = self.one_token if spec.one_token_kernels else None
+        most = (self.target.max_rows if bound is None else min(self.target.max_rows, bound.rows)) - 1
+        return DraftPolicy(self.drafter, spec, most, bound, self.model.is_eog)
 
     def _prepare(self, prompt: Sequence[int], policy: DraftPolicy, tally: _Tally,
                  cancel: threading.Event | None) -> Generator[PrefillEvent, None, int]:

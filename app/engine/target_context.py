@@ -16,9 +16,6 @@ import numpy as np
 class TargetModel(Protocol):
     """A model as the engine's output side sees it: what ends a reply, and how a token reads."""
 
-    @property
-    def one_token_kernel_rows(self) -> int | None: ...
-
     def is_eog(self, token: int) -> bool: ...
 
     def piece(self, token: int) -> bytes: ...

@@ -299,22 +299,13 @@ class LlamaModel:
                 self._eog[token] = True
 
     @property
-    def one_token_kernel_rows(self) -> int | None:
-        """Most rows a batch may have and still run the kernels of one-token decoding, where known.
-
-        Without repacking, CPU batches of up to 7 rows matched one-token decoding here: from 8 rows on, ggml
-        runs K-quant weights through its tiled matmul (ggml-cpu/tiled/tiled.cpp, ggml_tiled_min_batch). With
-        repacked weights no batch size does: 4-row groups run a gemm (ggml-cpu/repack.cpp) that
-        rounds differently (logits apart by up to ~0.4 on the demo pair), smaller batches re-read
-        the weights row by row (so K <= 2 would cost as much as plain steps) and still parted from
-        one-token decoding at a 0.10 margin. GPU kernels have their own switches, unmeasured: None.
-        Measured on AVX2 CPUs. On an AMD Zen 4 with AVX-512 the demo pair's 7-row batches still matched, but Gemma
-        3's did not (tests/test_sliding_window.py measures it): there strict mode is not bit-exact for every model.
-        """
+    def one_token_kernels_may_apply(self) -> bool:
+        """Could verify batches run one-token decoding's kernels here at all (strict mode)? Not with repacked CPU
+        weights: 4-row groups run a gemm (ggml-cpu/repack.cpp) that rounds differently (logits apart by up to ~0.4
+        on the demo pair), and smaller batches re-read the weights row by row. GPU and RPC kernels have their own
+        switches, unmeasured. Where this is True, app/engine/one_token_bound.py measures which batches do."""
         remote = any(is_rpc_device(d) for d in self.config.devices or ())  # an RPC server's kernels
-        if self.config.repack or (self.config.n_gpu_layers != 0 and (supports_gpu_offload() or remote)):
-            return None
-        return 7
+        return not (self.config.repack or (self.config.n_gpu_layers != 0 and (supports_gpu_offload() or remote)))
 
     @property
     def handle(self) -> llama_cpp.llama_model_p:

@@ -38,8 +38,6 @@ class ReplayClock:
 class _StandInModel:
     """What the engine asks of a model: its end-of-generation tokens, pieces for display (none needed here)."""
 
-    one_token_kernel_rows = None
-
     def __init__(self, eog: int, is_eog: Callable[[int], bool] | None = None) -> None:
         self.eog = eog
         self._is_eog = is_eog

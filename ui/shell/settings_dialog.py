@@ -102,7 +102,7 @@ class SettingsDialog(QDialog):
             "n_gpu_layers": _int(-1, 999, "all"),
             "n_gpu_layers_draft": _int(-1, 999, "all"),
             "flash_attn": QCheckBox("flash attention"),
-            "strict": QCheckBox("strict exactness (no CPU repacking, K <= 6: slower)"),
+            "strict": QCheckBox("strict exactness (bit-exact verifies, no CPU repacking: slower)"),
             "rpc": QLineEdit(),
             "theme": QComboBox(),
             "system_prompt": QPlainTextEdit(),

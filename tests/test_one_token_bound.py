@@ -1,0 +1,77 @@
+"""Strict mode's bound (app/engine/one_token_bound.py): how the draft policy keeps proposals within it and says
+when drafting stops, and the probe's verdict on a context whose batches are known to round differently."""
+
+from __future__ import annotations
+
+import random
+
+from app.engine.draft_policy import DraftPolicy
+from app.engine.drafters import NoDrafter
+from app.engine.events import GovernorEvent
+from app.engine.one_token_bound import BOUNDARIES, PROBE_ROWS, OneTokenBound, probe, probe_tokens
+from app.engine.prediction import PredictionProposer
+from app.engine.proposal import Outcome
+from app.engine.sampling import SampleNoise, SamplingParams
+from app.engine.spec_params import SpecParams
+
+RNG = random.Random(7)
+PRED = [RNG.randrange(1000, 5000) for _ in range(600)]
+NOISE = SampleNoise(1)
+
+
+def test_room_keeps_every_row_below_the_span() -> None:
+    bound = OneTokenBound(rows=7, span=256, probed=256)
+    # A context of n tokens puts the verify's rows at positions n - 1 onwards.
+    assert [bound.room(n) for n in (100, 250, 251, 254, 255, 256, 300)] == [6, 6, 5, 2, 1, 0, 0]
+    assert OneTokenBound(7, None, 520).room(5000) == 6
+    assert OneTokenBound(1, None, 17).room(20) == 0
+
+
+def _policy(bound: OneTokenBound | None) -> tuple[DraftPolicy, PredictionProposer]:
+    proposer = PredictionProposer(NoDrafter(), PRED)
+    list(proposer.prepare(PRED[:10]))
+    most = 6 if bound is None else bound.rows - 1
+    return DraftPolicy(proposer, SpecParams(draft_max=6, adaptive=False), most, bound, lambda t: False), proposer
+
+
+def _step(policy: DraftPolicy, n: int, step: int) -> tuple[int, list[GovernorEvent]]:
+    """Propose after PRED[:n] (the prediction's own text: it proposes all it may), accept it all; (drafted, events)."""
+    proposal = policy.propose(PRED[:n], 100, SamplingParams(), NOISE)
+    events = policy.learn(Outcome(step, proposal, len(proposal.tokens), 1.0))
+    return len(proposal.tokens), events
+
+
+def test_strict_proposals_stop_at_the_span_and_the_reply_is_told_once() -> None:
+    policy, _ = _policy(OneTokenBound(7, 256, 256))
+    drafted, events = _step(policy, 200, 0)
+    assert drafted == 6 and events == []
+    assert _step(policy, 254, 1) == (2, [])  # rows at 253, 254, 255
+    drafted, events = _step(policy, 256, 2)
+    assert drafted == 0
+    assert len(events) == 1 and events[0].action == "disable" and "past position 256" in events[0].reason
+    assert _step(policy, 257, 3) == (0, [])  # told once
+
+
+def test_no_bound_no_limit_and_no_note() -> None:
+    policy, _ = _policy(None)
+    assert _step(policy, 300, 0) == (6, [])
+
+
+def test_where_no_batch_keeps_the_bits_strict_drafts_nothing_and_says_why() -> None:
+    policy, _ = _policy(OneTokenBound(1, None, 17))
+    drafted, events = _step(policy, 50, 0)
+    assert drafted == 0
+    assert len(events) == 1 and "no verify batch" in events[0].reason
+
+
+def test_the_probe_finds_repacked_batches_apart_from_one_token_decoding(demo_session) -> None:
+    """With repacked weights (the demo session, llama.cpp's default) batches run a gemm of 4-row groups that
+    rounds differently from one-token decoding: the probe must not report them as keeping its bits. It leaves
+    the cache empty."""
+    ctx = demo_session.target_ctx
+    demo_session.clear_caches()
+    tokens = probe_tokens(lambda text: demo_session.target_model.tokenize(text, add_special=False),
+                          BOUNDARIES[-1] + PROBE_ROWS + 1)
+    bound = probe(ctx, tokens)
+    assert bound.rows < 4, bound
+    assert ctx.n_past == 0
