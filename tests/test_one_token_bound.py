@@ -50,6 +50,7 @@ def test_strict_proposals_stop_at_the_span_and_the_reply_is_told_once() -> None:
     assert drafted == 0
     assert len(events) == 1 and events[0].action == "disable" and "past position 256" in events[0].reason
     assert _step(policy, 257, 3) == (0, [])  # told once
+    assert events[0] in policy.events and not policy.drafting  # the reply's stats say so too
 
 
 def test_no_bound_no_limit_and_no_note() -> None:

@@ -92,6 +92,6 @@ def format_stats(stats: GenerationStats) -> str:
         what = "copy governor" if event.scope == "copy" else "governor"
         lines.append(f"{what} at step {event.step}: {event.action} - {event.reason}")
     if stats.mode != "none" and not stats.speculation_active:
-        lines.append("speculation was off at the end of this reply: the governor turned it off (see above)")
+        lines.append("speculation was off at the end of this reply: turned off (see above)")
     lines.append(f"finished: {stats.finish_reason}")
     return "\n".join(lines)

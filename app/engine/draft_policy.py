@@ -83,7 +83,7 @@ class DraftPolicy:
         self.proposer = proposer
         self._strict = strict
         self._past_span = False  # the context reached past the span where strict verifies keep their bits
-        self._strict_told = False  # ... and the reply was told, or that no verify batch keeps them
+        self._notes: list[GovernorEvent] = []  # ... and the reply was told, or that no verify batch keeps them
         self._is_eog = is_eog
         self._steady = spec.steady_shapes
         k_max = min(spec.draft_max, most) if proposer.drafts else 0
@@ -112,7 +112,12 @@ class DraftPolicy:
     def events(self) -> tuple[GovernorEvent, ...]:
         """Both governors' decisions, in step order (each list is capped, so this stays small)."""
         copies = self.copy_governor.events if self.copy_governor is not None else ()
-        return tuple(sorted((*self.governor.events, *copies), key=lambda g: g.step))
+        return tuple(sorted((*self.governor.events, *copies, *self._notes), key=lambda g: g.step))
+
+    @property
+    def drafting(self) -> bool:
+        """Whether drafting was on at the end: the governor had it on and strict mode had not stopped it."""
+        return self.governor.enabled and not self._notes
 
     def propose(self, context: list[int], limit: int, sampling: SamplingParams, noise: SampleNoise) -> Proposal:
         """This step's proposal for at most `limit` tokens, ended at its first end-of-generation token, with the
@@ -159,7 +164,7 @@ class DraftPolicy:
         """Once a reply: where strict mode stops drafting to keep the reply bit-exact (no verify batch gives
         one-token decoding's bits on this CPU, or the context passed the span where they do), and why."""
         bound = self._strict
-        if bound is None or self._strict_told or not self.proposer.drafts:
+        if bound is None or self._notes or not self.proposer.drafts:
             return None
         if bound.rows == 1:
             why = "no verify batch gives one-token decoding's bits on this CPU with this model"
@@ -168,10 +173,10 @@ class DraftPolicy:
                    "than a verify batch does")
         else:
             return None
-        self._strict_told = True
-        return GovernorEvent(step, "disable", self.governor.current_k(), 0,
-                             f"strict: {why}, so drafting stops to keep the reply bit-exact (turn strict off to "
-                             "draft on)")
+        self._notes.append(GovernorEvent(step, "disable", self.governor.current_k(), 0,
+                                         f"strict: {why}, so drafting stops to keep the reply bit-exact (turn strict "
+                                         "off to draft on)"))
+        return self._notes[-1]
 
     def _draft(self, context: list[int], limit: int, sampling: SamplingParams, noise: SampleNoise) -> Proposal:
         """A draft of the governor's K; while drafting is off, a free copy the governor may take as a probe

@@ -320,7 +320,7 @@ class SpecEngine:
             governor=policy.events,
             finish_reason=finish,
             final_k=policy.governor.active_k,
-            speculation_active=policy.governor.enabled,
+            speculation_active=policy.drafting,
             python_ms=python_ms,
             # A prediction proposer (app/engine/prediction.py) holds the request's prediction; other proposers none.
             prediction_tokens=len(getattr(policy.proposer, "prediction", ())),
