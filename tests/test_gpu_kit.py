@@ -21,13 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 KIT = ROOT / "packaging" / "gpu_kit"
 sys.path.insert(0, str(KIT))
 
+import check  # noqa: E402
 import gguf_headers  # noqa: E402
 import replay  # noqa: E402
 import serve_prediction  # noqa: E402
 import synth_gguf  # noqa: E402
 
-REPORT_FIELDS = ("backend", "memory", "verify_ms", "identity", "engine_overhead_pct", "predicted_speedup",
-                 "carry_bytes", "governor", "predicted_serve")
+REPORT_FIELDS = check.REPORT_FIELDS
 
 
 @pytest.fixture(scope="module")

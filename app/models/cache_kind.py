@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.models.gguf_meta import GGUFInfo, nextn_layers
+from app.models.gguf_parse import metadata_int
 
 __all__ = ["CacheKind", "StateLayout", "cache_kind", "mtp_note", "state_layout"]
 
@@ -60,8 +61,8 @@ def cache_kind(info: GGUFInfo) -> CacheKind:
         return CacheKind("recurrent", snapshots)
     if arch in HYBRID_ARCHS:
         return CacheKind("hybrid", snapshots)
-    window = info.metadata.get(f"{arch}.attention.sliding_window")
-    if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+    window = metadata_int(info.metadata.get(f"{arch}.attention.sliding_window"))
+    if window is not None and window > 0:
         return CacheKind("sliding-window", False, window)
     return CacheKind("attention", False)
 
@@ -86,8 +87,8 @@ def state_layout(info: GGUFInfo) -> StateLayout:
         return StateLayout((True,) * n, (False,) * n, 0, 0)
 
     def key(name: str, default: int = 0) -> int:
-        value = meta.get(f"{arch}.{name}", default)
-        return value if isinstance(value, int) and not isinstance(value, bool) else default
+        value = metadata_int(meta.get(f"{arch}.{name}"))
+        return default if value is None else value
 
     heads_kv = meta.get(f"{arch}.attention.head_count_kv")
     if kind.kind == "recurrent":

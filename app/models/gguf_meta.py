@@ -22,7 +22,16 @@ from typing import Any
 
 from gguf.constants import GGUF_MAGIC
 
-from app.models.gguf_parse import ArrayRef, GGUFError, Header, TensorInfo, parse_header, quant_label, tensor_table
+from app.models.gguf_parse import (
+    ArrayRef,
+    GGUFError,
+    Header,
+    TensorInfo,
+    metadata_int,
+    parse_header,
+    quant_label,
+    tensor_table,
+)
 
 __all__ = [
     "has_mtp_layers",
@@ -322,8 +331,8 @@ def _build(path: Path, file_size: int, header: Header, token_blob: bytes) -> _Pa
 
 def nextn_layers(info: GGUFInfo) -> int:
     """The model's MTP (NextN, multi-token prediction) layers: llama.cpp's `<arch>.nextn_predict_layers`."""
-    value = info.metadata.get(f"{info.architecture}.nextn_predict_layers", 0)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    value = metadata_int(info.metadata.get(f"{info.architecture}.nextn_predict_layers"))
+    return value if value is not None and value > 0 else 0
 
 
 def has_mtp_layers(path: str | os.PathLike[str]) -> bool:

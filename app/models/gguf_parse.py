@@ -223,10 +223,16 @@ def tensor_table(path: Path, file_size: int, header: Header) -> tuple[TensorInfo
     return tuple(out)
 
 
+def metadata_int(value: object) -> int | None:
+    """A metadata value that is an integer, or None: GGUF's bool is a Python bool, which is an int to Python, and a
+    flag is never a count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def quant_label(fields: dict[str, Any], tensors: tuple[TensorInfo, ...]) -> str:
     """ "Q4_K_M" from general.file_type; else the type holding most bytes among the weight matrices."""
-    ftype = fields.get("general.file_type")
-    if isinstance(ftype, int) and not isinstance(ftype, bool):
+    ftype = metadata_int(fields.get("general.file_type"))
+    if ftype is not None:
         try:
             from gguf.constants import LlamaFileType  # absent from old gguf releases
 

@@ -45,6 +45,9 @@ REPLAYED = ("1.5b/0.5b", "7b/0.5b")
 # The phases in order, with the seconds each needs left to start; native last: issue 12's fields come first.
 PHASES = {"environment": 1, "synthesize": 30, "memory": 30, "costs": 20, "engine": 20, "speedups": 2, "governor": 0,
           "serve": 10, "native": native_compare.MIN_LEFT_S}
+# What a full run's report must hold (tests/test_gpu_kit.py checks the dry run's against this too).
+REPORT_FIELDS = ("backend", "memory", "verify_ms", "identity", "engine_overhead_pct", "predicted_speedup",
+                 "carry_bytes", "governor", "predicted_serve")
 
 
 class Plan:
@@ -260,8 +263,7 @@ def main(argv: list[str]) -> int:
     print((args.out / "report.md").read_text())
     if chosen != set(PHASES):
         return 1 if rep["errors"] else 0
-    missing = [k for k in ("backend", "memory", "verify_ms", "identity", "engine_overhead_pct", "predicted_speedup",
-                           "carry_bytes", "governor", "predicted_serve") if k not in rep]
+    missing = [k for k in REPORT_FIELDS if k not in rep]
     if missing or rep["errors"]:
         print(f"gpu_check: incomplete report (missing {missing}, failed {list(rep['errors'])})", file=sys.stderr)
         return 1
