@@ -76,3 +76,18 @@ def test_the_probe_finds_repacked_batches_apart_from_one_token_decoding(demo_ses
     bound = probe(ctx, tokens)
     assert bound.rows < 4, bound
     assert ctx.n_past == 0
+
+
+def test_the_banner_says_strict_stopped_drafting_not_that_the_governor_will_probe() -> None:
+    """The window's banner on the policy's own note: strict exactness stopped drafting, which no probe undoes, so
+    it must not read as the governor's timing decision ("it probes now and then")."""
+    from ui.shell.spec_banner import SpecState, banner_message
+
+    policy, _ = _policy(OneTokenBound(7, 256, 256))
+    _step(policy, 250, 0)
+    _drafted, events = _step(policy, 256, 1)
+    message = banner_message(SpecState("lookup", True, governor=events[0]))
+    assert message is not None
+    text, level, _action = message
+    assert text.startswith("<b>Strict exactness stopped drafting</b> at step 1") and "probes" not in text
+    assert "past position 256" in text and level == "warning"

@@ -32,6 +32,7 @@ class BannerChoice(Enum):
 
 
 Message = tuple[str, str, tuple[str, BannerChoice] | None]
+STRICT_PREFIX = "strict: "  # how the draft policy's strict-mode decisions start (app/engine/draft_policy.py)
 
 
 def banner_message(state: SpecState) -> Message | None:
@@ -48,8 +49,12 @@ def _speculation_message(state: SpecState) -> Message | None:
         return (f"<b>Speculation is off: incompatible pair.</b> {html.escape(state.incompatible)}", "warning",
                 ("Load the target alone (prompt lookup)", BannerChoice.TARGET_ONLY))
     if state.governor is not None and state.governor.action == "disable":
-        return (f"<b>The governor turned drafting off</b> at step {state.governor.step} (it probes now and "
-                f"then and turns it back on when drafting pays): {state.governor.reason}", "warning", None)
+        g = state.governor
+        if g.reason.startswith(STRICT_PREFIX):  # strict exactness, not timing: no probe turns it back on
+            return (f"<b>Strict exactness stopped drafting</b> at step {g.step} of this reply: "
+                    f"{html.escape(g.reason.removeprefix(STRICT_PREFIX))}", "warning", None)
+        return (f"<b>The governor turned drafting off</b> at step {g.step} (it probes now and "
+                f"then and turns it back on when drafting pays): {html.escape(g.reason)}", "warning", None)
     if state.auto and state.has_draft and state.mode == "lookup":
         return ("<b>Auto: prompt lookup.</b> On this CPU-only build the draft model costs about half a target "
                 "step, so drafting from the conversation's n-grams is faster; pick draft or hybrid to watch the "
