@@ -10,6 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.engine.events import FinishEvent, StepEvent, TokenEvent, TokenFate, shown_fate
@@ -41,6 +42,41 @@ def _run(session: SpecSession, prompt: list[int], mode: str, n: int = 64, spec: 
     finish = events[-1]
     assert isinstance(finish, FinishEvent)
     return (finish, [e for e in events if isinstance(e, StepEvent)], [e for e in events if isinstance(e, TokenEvent)])
+
+
+def _chat(n: int, seed: int) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(3, 16, n)]
+
+
+@pytest.mark.parametrize("head", ["random", "agreeing"])
+def test_mtp_across_a_follow_up_and_a_restored_chat_stays_plain_decoding(files, head):
+    """Mode mtp with the prompt cache: chat A, then chat B (A's cache, with the head's pairs of the same positions,
+    is kept aside), then a follow-up on A, which gets that copy back instead of processing A again. Every reply
+    equals a fresh context's plain decoding, and the head's drafts after the restore are the ones a session
+    without any kept cache drafts on the same follow-up: its cache and hidden state came back with the target's
+    (without them the target's next decode would find the head missing positions, or it would draft from another
+    state)."""
+    chat_a, chat_b = _chat(90, seed=5), _chat(90, seed=6)
+    with SpecSession(PairConfig(files[head], None, n_ctx=512, n_threads=2)) as session:
+        assert session.prompt_cache is not None
+        reply_a, _, _ = _run(session, chat_a, "mtp", n=40)
+        _run(session, chat_b, "mtp", n=40)  # another chat: A's cache goes aside, the head's with it
+        follow_up = [*chat_a, *reply_a.tokens, *_chat(6, seed=7)]
+        restored = session.prompt_cache.restored
+        reply_f, steps, _ = _run(session, follow_up, "mtp", n=40)
+        assert session.prompt_cache.restored == restored + 1, "the follow-up did not get A's cache back"
+        again, _, _ = _run(session, [*follow_up, *reply_f.tokens, *_chat(5, seed=8)], "mtp", n=30)
+    with SpecSession(PairConfig(files[head], None, n_ctx=512, n_threads=2, prompt_cache_mb=0)) as fresh:
+        _run(fresh, chat_a, "mtp", n=40)
+        _run(fresh, chat_b, "mtp", n=40)
+        unkept, unkept_steps, _ = _run(fresh, follow_up, "mtp", n=40)  # A processed again
+        assert unkept.tokens == reply_f.tokens
+        assert [s.drafted for s in steps] == [s.drafted for s in unkept_steps]
+        for prompt, reply, n in ((chat_a, reply_a, 40), (follow_up, reply_f, 40),
+                                 ([*follow_up, *reply_f.tokens, *_chat(5, seed=8)], again, 30)):
+            fresh.clear_caches()
+            plain, _, _ = _run(fresh, prompt, "none", n=n)
+            assert plain.tokens == reply.tokens
 
 
 @pytest.mark.parametrize("head", ["random", "agreeing"])

@@ -51,6 +51,8 @@ class PromptCache:
         held = common_prefix(ctx.tokens, prompt)
         best, best_common = None, held
         for snap in self._snaps:
+            if not ctx.can_restore(snap):  # taken while no MTP head followed the cache: the head would miss it
+                continue
             common = common_prefix(snap.tokens, prompt)
             if common > best_common:
                 best, best_common = snap, common

@@ -162,11 +162,10 @@ class SpecSession:
                 drafter = MtpDrafter(self.mtp_head)
             else:
                 drafter = {"none": NoDrafter, "lookup": LookupDrafter}[mode]()
-            # All engines share one target context, which records what its cache holds.
-            # The MTP head pairs every cached position with the target's hidden state there: a cache swapped in
-            # from a kept snapshot has positions it never saw, so its engine keeps no snapshots.
-            engine = SpecEngine(self.target_ctx, drafter,
-                                prompt_cache=None if mode in NEEDS_MTP else self.prompt_cache, one_token=self.one_token)
+            # All engines share one target context, which records what its cache holds, and one prompt cache. The
+            # MTP head pairs every cached position with the target's hidden state there, so in mode mtp a kept
+            # cache comes back only with the head's copy of the same positions (CacheSnapshot.follower).
+            engine = SpecEngine(self.target_ctx, drafter, prompt_cache=self.prompt_cache, one_token=self.one_token)
             self._engines[mode] = engine
         model_drafter = engine.drafter.model if isinstance(engine.drafter, HybridDrafter) else engine.drafter
         if isinstance(model_drafter, ModelDrafter | MtpDrafter):

@@ -387,10 +387,14 @@ class CacheSnapshot:
     tokens: tuple[int, ...]
     state: ctypes.Array[ctypes.c_uint8] = field(repr=False)
     kept: tuple[int, np.ndarray] | None = field(default=None, repr=False)
+    # The follower's own copy, taken with the cache's (an MTP head's pairs of these positions): restored with it,
+    # the head drafts on from the same place. None where nothing followed the cache.
+    follower: FollowerSnapshot | None = field(default=None, repr=False)
 
     @property
     def nbytes(self) -> int:
-        return len(self.state) + (self.kept[1].nbytes if self.kept is not None else 0)
+        own = len(self.state) + (self.kept[1].nbytes if self.kept is not None else 0)
+        return own + (self.follower.nbytes if self.follower is not None else 0)
 
 
 class LlamaContext:
@@ -636,25 +640,43 @@ class LlamaContext:
             self.follower.cut(0)
 
     def snapshot_bytes(self) -> int:
-        """What `snapshot` would copy of llama.cpp's state, without copying it."""
-        return int(llama_cpp.llama_state_seq_get_size(self._ctx, 0))
+        """What `snapshot` would copy of llama.cpp's state (and the follower's), without copying it."""
+        own = int(llama_cpp.llama_state_seq_get_size(self._ctx, 0))
+        return own + (self.follower.snapshot_bytes() if self.follower is not None else 0)
 
     def snapshot(self) -> CacheSnapshot:
-        """A copy of what the cache holds (llama_state_seq_get_data: about 28 KiB a token for the 1.5B demo target)."""
-        size = self.snapshot_bytes()
+        """A copy of what the cache holds (llama_state_seq_get_data: about 28 KiB a token for the 1.5B demo target),
+        with the follower's copy of the same positions."""
+        size = int(llama_cpp.llama_state_seq_get_size(self._ctx, 0))
         state = (ctypes.c_uint8 * size)()
         written = int(llama_cpp.llama_state_seq_get_data(self._ctx, state, size, 0))
         if written != size:
             raise LlamaError(f"llama.cpp copied {written} of {size} bytes of {self.model.path.name}'s cache")
-        return CacheSnapshot(tuple(self.tokens), state, self._kept)
+        follower = self.follower.snapshot() if self.follower is not None else None
+        return CacheSnapshot(tuple(self.tokens), state, self._kept, follower)
+
+    def can_restore(self, snapshot: CacheSnapshot) -> bool:
+        """Whether `restore` would leave the follower (if any) holding the snapshot's positions too: a snapshot
+        taken while nothing followed has none of the follower's pairs, and the follower would miss them."""
+        return self.follower is None or snapshot.follower is not None
 
     def restore(self, snapshot: CacheSnapshot) -> None:
-        """Replace the cache with a snapshot of this context's; on failure the cache is left empty."""
+        """Replace the cache with a snapshot of this context's, and the follower's with the snapshot's copy; on
+        failure both are left empty."""
+        if not self.can_restore(snapshot):
+            raise LlamaError("this cache snapshot holds none of the MTP head's positions: it cannot come back while "
+                             "the head follows the cache")
         self.clear()
         read = int(llama_cpp.llama_state_seq_set_data(self._ctx, snapshot.state, len(snapshot.state), 0))
         if read != len(snapshot.state):
             self.clear()
             raise LlamaError(f"llama.cpp could not restore a cache snapshot of {self.model.path.name}")
+        if self.follower is not None and snapshot.follower is not None:
+            try:
+                self.follower.restore(snapshot.follower)
+            except LlamaError:
+                self.clear()
+                raise
         self.tokens.extend(snapshot.tokens)
         self._kept = snapshot.kept
         self._reach = 0
@@ -701,6 +723,20 @@ class CacheFollower(Protocol):
 
     def cut(self, n: int) -> None:
         """The context's cache is being cut to its first n positions."""
+
+    def snapshot_bytes(self) -> int:
+        """What `snapshot` would copy."""
+
+    def snapshot(self) -> FollowerSnapshot:
+        """A copy of what it holds for the context's positions, kept with the context's own (CacheSnapshot)."""
+
+    def restore(self, snapshot: FollowerSnapshot) -> None:
+        """Put back a copy `snapshot` made, as the context's cache is put back."""
+
+
+class FollowerSnapshot(Protocol):
+    @property
+    def nbytes(self) -> int: ...
 
 
 # llama_state_seq_*_ext: the partial state only (a recurrent state, not the attention cache).

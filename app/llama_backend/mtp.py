@@ -18,14 +18,15 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import llama_cpp
 import numpy as np
 
-from app.llama_backend.core import ContextConfig, LlamaContext, LlamaError, default_threads
+from app.llama_backend.core import ContextConfig, FollowerSnapshot, LlamaContext, LlamaError, default_threads
 
-__all__ = ["MtpContext", "mtp_layers"]
+__all__ = ["MtpContext", "MtpSnapshot", "mtp_layers"]
 
 _EXT = {
     "set_embeddings_nextn": ("_Z26llama_set_embeddings_nextnP13llama_contextbb",
@@ -54,6 +55,19 @@ def _ext(name: str) -> Any:
 def mtp_layers(model_handle: llama_cpp.llama_model_p) -> int:
     """The MTP (NextN) layers a loaded model has (0: none, no MTP mode)."""
     return int(llama_cpp.llama_model_n_layer_nextn(model_handle))
+
+
+@dataclass(frozen=True, slots=True)
+class MtpSnapshot:
+    """A copy of the MTP head's cache and of the hidden state its next position pairs with."""
+
+    tokens: tuple[int, ...]
+    state: ctypes.Array[ctypes.c_uint8] = field(repr=False)
+    pending: np.ndarray = field(repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.state) + self.pending.nbytes
 
 
 class MtpContext:
@@ -163,6 +177,34 @@ class MtpContext:
         self.n_past = 0
         self._pending = np.zeros(self.n_embd, np.float32)
         self._rows = None
+
+    def snapshot_bytes(self) -> int:
+        return int(llama_cpp.llama_state_seq_get_size(self._ctx, 0)) + 2 * self.n_embd * 4
+
+    def snapshot(self) -> MtpSnapshot:
+        """The head's cache of the positions it holds (a draft's dropped first), and the hidden state the next
+        token pairs with: kept with the target's cache (CacheSnapshot.follower) when a prompt cache copies it."""
+        self._drop_drafts()
+        size = int(llama_cpp.llama_state_seq_get_size(self._ctx, 0))
+        state = (ctypes.c_uint8 * size)()
+        written = int(llama_cpp.llama_state_seq_get_data(self._ctx, state, size, 0))
+        if written != size:
+            raise LlamaError(f"llama.cpp copied {written} of {size} bytes of the MTP head's cache")
+        return MtpSnapshot(tuple(self.tokens), state, self._pending.copy())
+
+    def restore(self, snapshot: FollowerSnapshot) -> None:
+        """Put back what `snapshot` copied (the target's cache is put back alongside); on failure the head is
+        left empty."""
+        if not isinstance(snapshot, MtpSnapshot):
+            raise LlamaError("not a copy of an MTP head's cache")
+        self.clear()
+        read = int(llama_cpp.llama_state_seq_set_data(self._ctx, snapshot.state, len(snapshot.state), 0))
+        if read != len(snapshot.state):
+            self.clear()
+            raise LlamaError("llama.cpp could not restore the MTP head's cache")
+        self.tokens.extend(snapshot.tokens)
+        self.n_past = len(self.tokens)
+        self._pending = snapshot.pending.copy()
 
     def draft_logits(self, token: int, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One draft step: the head's logits for the token after `token` (at position n_past) paired with `h`,
