@@ -91,3 +91,29 @@ def test_the_banner_says_strict_stopped_drafting_not_that_the_governor_will_prob
     text, level, _action = message
     assert text.startswith("<b>Strict exactness stopped drafting</b> at step 1") and "probes" not in text
     assert "past position 256" in text and level == "warning"
+
+
+def test_a_probe_answer_is_remembered_per_key_and_a_bad_store_is_rewritten(tmp_path, monkeypatch) -> None:
+    """The probe costs seconds on a large model: its answer is kept per key (model file, build, CPU, threads ...)
+    in a JSON file, used again for the same key, never for another, and an unreadable file is replaced."""
+    import json
+
+    import app.engine.one_token_bound as otb
+
+    answers = iter([OneTokenBound(7, 256, 256), OneTokenBound(3, None, 520), OneTokenBound(5, 256, 256)])
+    calls: list[str] = []
+
+    def fake_probe(_ctx, _tokens):
+        calls.append("probe")
+        return next(answers)
+
+    monkeypatch.setattr(otb, "probe", fake_probe)
+    store = tmp_path / "cache" / "bounds.json"
+    assert otb.remembered(None, [], "model-a|threads=2", store) == OneTokenBound(7, 256, 256)
+    assert otb.remembered(None, [], "model-a|threads=2", store) == OneTokenBound(7, 256, 256)
+    assert calls == ["probe"]
+    assert otb.remembered(None, [], "model-a|threads=1", store) == OneTokenBound(3, None, 520)
+    assert len(json.loads(store.read_text())) == 2 and calls == ["probe", "probe"]
+    store.write_text("{not json", encoding="utf-8")
+    assert otb.remembered(None, [], "model-a|threads=2", store) == OneTokenBound(5, 256, 256)
+    assert len(calls) == 3 and json.loads(store.read_text())  # rewritten whole

@@ -14,11 +14,15 @@ it on the context that will run the replies, and the engine keeps strict verifie
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
+from app.atomic import atomic_write_text
 from app.engine.target_context import TargetContext
 
 PROBE_ROWS = 8  # the most rows tried: a verify of K = 7
@@ -56,6 +60,36 @@ def probe_tokens(tokenize: Callable[[str], list[int]], needed: int) -> list[int]
     while len(ids) < needed:
         ids += list(tokenize(PROBE_TEXT))
     return ids[:needed]
+
+
+def remembered(ctx: TargetContext, tokens: Sequence[int], key: str, store: Path) -> OneTokenBound:
+    """`probe`'s answer for `key` (everything it depends on: the model file, the build and CPU, threads, attention
+    and cache types), from `store`, a JSON file of earlier answers, or probed now and added to it: the probe costs
+    seconds on a large model (a prefill of BOUNDARIES[-1] tokens without repacking, then 30-odd decodes)."""
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    try:
+        known = json.loads(store.read_text(encoding="utf-8"))
+        if not isinstance(known, dict):
+            known = {}
+    except (OSError, ValueError):
+        known = {}  # none yet, or unreadable: probe, and write a good file
+    entry = known.get(digest)
+    if isinstance(entry, dict):
+        try:
+            bound = OneTokenBound(int(entry["rows"]), None if entry["span"] is None else int(entry["span"]),
+                                  int(entry["probed"]))
+            if bound.rows >= 1:
+                return bound
+        except (KeyError, TypeError, ValueError):
+            pass  # written by something else: probe again
+    bound = probe(ctx, tokens)
+    known[digest] = asdict(bound)
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(store, json.dumps(known, indent=1, sort_keys=True))
+    except OSError:
+        pass  # a read-only profile: probe again next time
+    return bound
 
 
 def probe(ctx: TargetContext, tokens: Sequence[int]) -> OneTokenBound:

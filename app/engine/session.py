@@ -30,7 +30,7 @@ from app.engine.memory_plan import check_fits, placing_for, predict_for_config
 from app.engine.mtp_drafter import MtpDrafter
 from app.engine.ngram_index import common_prefix
 from app.engine.one_token_bound import BOUNDARIES, PROBE_ROWS, OneTokenBound, probe_tokens
-from app.engine.one_token_bound import probe as probe_one_token_bound
+from app.engine.one_token_bound import remembered as remembered_bound
 from app.engine.pair_config import PairConfig
 from app.engine.prediction import PredictionProposer
 from app.engine.prompt_cache import PromptCache
@@ -44,13 +44,17 @@ from app.llama_backend import (
     LlamaError,
     LlamaModel,
     ModelConfig,
+    default_threads,
+    loaded_backends,
     rpc,
     supports_gpu_offload,
+    system_info,
 )
 from app.llama_backend.mtp import MtpContext
 from app.models import chat_template
 from app.models.gguf_meta import has_mtp_layers
 from app.models.pair_doctor import check_pair
+from app.paths import cache_dir
 
 
 class IncompatiblePairError(LlamaError):
@@ -97,7 +101,8 @@ class SpecSession:
         if self.target_model.one_token_kernels_may_apply:
             tokens = probe_tokens(lambda text: self.target_model.tokenize(text, add_special=False),
                                   BOUNDARIES[-1] + PROBE_ROWS + 1)
-            self.one_token = probe_one_token_bound(self.target_ctx, tokens)
+            self.one_token = remembered_bound(self.target_ctx, tokens, self._probe_key(ctx_cfg),
+                                              cache_dir() / "one_token_bounds.json")
         self.mtp_head: MtpContext | None = None  # made at the first `mtp` reply
         self.draft_model: LlamaModel | None = None
         self.draft_ctx: LlamaContext | None = None
@@ -115,6 +120,16 @@ class SpecSession:
         self.draft_prompt_cache = PromptCache(budget // 4) if budget > 0 and self.draft_ctx is not None else None
         self._turns = TurnMemory()
         self._rendered: dict[tuple[int, ...], str] = {}  # follow-up prompts' ids -> their text, newest last
+
+    def _probe_key(self, ctx_cfg: ContextConfig) -> str:
+        """What the strict bound's probe answer depends on: the target file as it is now, llama.cpp's build and
+        the CPU module it runs (system_info names both), and the context's threads, attention and cache types."""
+        path = self.config.target.resolve()
+        stat = path.stat()
+        threads = ctx_cfg.n_threads or default_threads()
+        return (f"{path}|{stat.st_size}|{stat.st_mtime_ns}|{loaded_backends().cpu_variant}|{system_info()}|"
+                f"threads={threads}|fa={ctx_cfg.flash_attn}|k={ctx_cfg.type_k}|v={ctx_cfg.type_v}|"
+                f"ubatch={ctx_cfg.n_ubatch}")
 
     @property
     def available_modes(self) -> tuple[str, ...]:
