@@ -378,6 +378,21 @@ class LlamaModel:
             self._model = None
 
 
+def copy_sequence_state(ctx: llama_cpp.llama_context_p, whose: str) -> ctypes.Array[ctypes.c_uint8]:
+    """llama.cpp's state of sequence 0 of `ctx` (its cache), copied to host memory; `whose` names it in errors."""
+    size = int(llama_cpp.llama_state_seq_get_size(ctx, 0))
+    state = (ctypes.c_uint8 * size)()
+    written = int(llama_cpp.llama_state_seq_get_data(ctx, state, size, 0))
+    if written != size:
+        raise LlamaError(f"llama.cpp copied {written} of {size} bytes of {whose}")
+    return state
+
+
+def set_sequence_state(ctx: llama_cpp.llama_context_p, state: ctypes.Array[ctypes.c_uint8]) -> bool:
+    """Put back what copy_sequence_state copied; whether llama.cpp read all of it."""
+    return int(llama_cpp.llama_state_seq_set_data(ctx, state, len(state), 0)) == len(state)
+
+
 @dataclass(frozen=True, slots=True)
 class CacheSnapshot:
     """What a context's KV cache held: its tokens, llama.cpp's state of the sequence (a copy in host memory), and
@@ -647,11 +662,7 @@ class LlamaContext:
     def snapshot(self) -> CacheSnapshot:
         """A copy of what the cache holds (llama_state_seq_get_data: about 28 KiB a token for the 1.5B demo target),
         with the follower's copy of the same positions."""
-        size = int(llama_cpp.llama_state_seq_get_size(self._ctx, 0))
-        state = (ctypes.c_uint8 * size)()
-        written = int(llama_cpp.llama_state_seq_get_data(self._ctx, state, size, 0))
-        if written != size:
-            raise LlamaError(f"llama.cpp copied {written} of {size} bytes of {self.model.path.name}'s cache")
+        state = copy_sequence_state(self._ctx, f"{self.model.path.name}'s cache")
         follower = self.follower.snapshot() if self.follower is not None else None
         return CacheSnapshot(tuple(self.tokens), state, self._kept, follower)
 
@@ -667,8 +678,7 @@ class LlamaContext:
             raise LlamaError("this cache snapshot holds none of the MTP head's positions: it cannot come back while "
                              "the head follows the cache")
         self.clear()
-        read = int(llama_cpp.llama_state_seq_set_data(self._ctx, snapshot.state, len(snapshot.state), 0))
-        if read != len(snapshot.state):
+        if not set_sequence_state(self._ctx, snapshot.state):
             self.clear()
             raise LlamaError(f"llama.cpp could not restore a cache snapshot of {self.model.path.name}")
         if self.follower is not None and snapshot.follower is not None:

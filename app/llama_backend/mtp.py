@@ -24,7 +24,15 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from app.llama_backend.core import ContextConfig, FollowerSnapshot, LlamaContext, LlamaError, default_threads
+from app.llama_backend.core import (
+    ContextConfig,
+    FollowerSnapshot,
+    LlamaContext,
+    LlamaError,
+    copy_sequence_state,
+    default_threads,
+    set_sequence_state,
+)
 
 __all__ = ["MtpContext", "MtpSnapshot", "mtp_layers"]
 
@@ -179,17 +187,13 @@ class MtpContext:
         self._rows = None
 
     def snapshot_bytes(self) -> int:
-        return int(llama_cpp.llama_state_seq_get_size(self._ctx, 0)) + 2 * self.n_embd * 4
+        return int(llama_cpp.llama_state_seq_get_size(self._ctx, 0)) + self._pending.nbytes
 
     def snapshot(self) -> MtpSnapshot:
         """The head's cache of the positions it holds (a draft's dropped first), and the hidden state the next
         token pairs with: kept with the target's cache (CacheSnapshot.follower) when a prompt cache copies it."""
         self._drop_drafts()
-        size = int(llama_cpp.llama_state_seq_get_size(self._ctx, 0))
-        state = (ctypes.c_uint8 * size)()
-        written = int(llama_cpp.llama_state_seq_get_data(self._ctx, state, size, 0))
-        if written != size:
-            raise LlamaError(f"llama.cpp copied {written} of {size} bytes of the MTP head's cache")
+        state = copy_sequence_state(self._ctx, "the MTP head's cache")
         return MtpSnapshot(tuple(self.tokens), state, self._pending.copy())
 
     def restore(self, snapshot: FollowerSnapshot) -> None:
@@ -198,8 +202,7 @@ class MtpContext:
         if not isinstance(snapshot, MtpSnapshot):
             raise LlamaError("not a copy of an MTP head's cache")
         self.clear()
-        read = int(llama_cpp.llama_state_seq_set_data(self._ctx, snapshot.state, len(snapshot.state), 0))
-        if read != len(snapshot.state):
+        if not set_sequence_state(self._ctx, snapshot.state):
             self.clear()
             raise LlamaError("llama.cpp could not restore the MTP head's cache")
         self.tokens.extend(snapshot.tokens)
