@@ -8,7 +8,7 @@ import random
 from app.engine.draft_policy import DraftPolicy
 from app.engine.drafters import NoDrafter
 from app.engine.events import GovernorEvent
-from app.engine.one_token_bound import BOUNDARIES, PROBE_ROWS, OneTokenBound, probe, probe_tokens
+from app.engine.one_token_bound import OneTokenBound, probe, probe_tokens
 from app.engine.prediction import PredictionProposer
 from app.engine.proposal import Outcome
 from app.engine.sampling import SampleNoise, SamplingParams
@@ -71,8 +71,7 @@ def test_the_probe_finds_repacked_batches_apart_from_one_token_decoding(demo_ses
     the cache empty."""
     ctx = demo_session.target_ctx
     demo_session.clear_caches()
-    tokens = probe_tokens(lambda text: demo_session.target_model.tokenize(text, add_special=False),
-                          BOUNDARIES[-1] + PROBE_ROWS + 1)
+    tokens = probe_tokens(lambda text: demo_session.target_model.tokenize(text, add_special=False))
     bound = probe(ctx, tokens)
     assert bound.rows < 4, bound
     assert ctx.n_past == 0

@@ -20,7 +20,7 @@ from app.engine.proposal import NO_PROPOSAL, Outcome, Proposal, Proposer
 from app.engine.sampling import SampleNoise, SamplingParams
 from app.engine.spec_params import COPY_MAX_AUTO, SpecParams
 
-__all__ = ["COPY_MAX_AUTO", "AUTO_COPY_MAX", "DraftPolicy", "resolve_copies", "sure_copy_rule"]
+__all__ = ["COPY_MAX_AUTO", "AUTO_COPY_MAX", "STRICT_PREFIX", "DraftPolicy", "resolve_copies", "sure_copy_rule"]
 
 # Long running copies (SpecParams.copy_max) on "auto" (COPY_MAX_AUTO), the settings' default: K up to 31 on a GPU and
 # on the CPU, judged differently. A GPU verifies 32 rows for little more than one, so a copy that agrees for 8 tokens
@@ -30,6 +30,9 @@ __all__ = ["COPY_MAX_AUTO", "AUTO_COPY_MAX", "DraftPolicy", "resolve_copies", "s
 # there only sure copies are taken (SpecParams.sure_copies, SURE_COPY_*), which replayed at 1.16-1.32x against
 # 1.14-1.28x with copies off on five measured cost tables (docs/BENCHMARKS.md, run 11).
 AUTO_COPY_MAX = 31
+# How the reason of a strict-mode stop begins (DraftPolicy._strict_note): the window's banner tells it from the
+# governor's timing decisions by it.
+STRICT_PREFIX = "strict: "
 # Sure copies (the CPU's long copies): the running copy has agreed for SURE_COPY_RUN tokens and is cut before
 # the next token the reply edited before; verified long only when that leaves SURE_COPY_MIN tokens or more
 # (DraftPolicy._sure_copy). Replayed on the bench's prompts with three measured CPU cost tables, a 16-token run
@@ -173,9 +176,8 @@ class DraftPolicy:
                    "than a verify batch does")
         else:
             return None
-        self._notes.append(GovernorEvent(step, "disable", self.governor.current_k(), 0,
-                                         f"strict: {why}, so drafting stops to keep the reply bit-exact (turn strict "
-                                         "off to draft on)"))
+        reason = f"{STRICT_PREFIX}{why}, so drafting stops to keep the reply bit-exact (turn strict off to draft on)"
+        self._notes.append(GovernorEvent(step, "disable", self.governor.current_k(), 0, reason))
         return self._notes[-1]
 
     def _draft(self, context: list[int], limit: int, sampling: SamplingParams, noise: SampleNoise) -> Proposal:

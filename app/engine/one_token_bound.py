@@ -30,6 +30,7 @@ PROBE_ROWS = 8  # the most rows tried: a verify of K = 7
 # probed just below and just above, as far as the context reaches.
 BOUNDARIES = (256, 512)
 START = 16  # the short probe's prefix: a few positions in, as a reply's first verify is
+PROBE_TOKENS = BOUNDARIES[-1] + PROBE_ROWS + 1  # what the probe decodes at most
 PROBE_TEXT = ("The committee met on Tuesday to review the budget. Each department presented its figures, and the "
               "chair asked for a summary of the changes since last year. def total(items):\n    return sum(i.price "
               "for i in items)\n")
@@ -54,7 +55,7 @@ class OneTokenBound:
         return f"verify batches of up to {self.rows} rows give one-token decoding's bits {where}"
 
 
-def probe_tokens(tokenize: Callable[[str], list[int]], needed: int) -> list[int]:
+def probe_tokens(tokenize: Callable[[str], list[int]], needed: int = PROBE_TOKENS) -> list[int]:
     """`needed` tokens of plain text through the model's tokenizer."""
     ids: list[int] = []
     while len(ids) < needed:
@@ -95,8 +96,8 @@ def remembered(ctx: TargetContext, tokens: Sequence[int], key: str, store: Path)
 def probe(ctx: TargetContext, tokens: Sequence[int]) -> OneTokenBound:
     """Measure the bound on `ctx` (its cache is emptied, and left empty): at a short prefix, the most rows whose
     batch gives each row the bits of one-token decoding at the same position; then, with that many rows and with
-    two, just below and just above each boundary the context reaches. `tokens`: at least BOUNDARIES[-1] +
-    PROBE_ROWS of them."""
+    two, just below and just above each boundary the context reaches. `tokens`: PROBE_TOKENS of them (fewer
+    probe fewer boundaries)."""
     ctx.truncate(0)
     try:
         _extend(ctx, tokens, START)

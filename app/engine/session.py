@@ -29,7 +29,7 @@ from app.engine.events import Event, FinishEvent
 from app.engine.memory_plan import check_fits, placing_for, predict_for_config
 from app.engine.mtp_drafter import MtpDrafter
 from app.engine.ngram_index import common_prefix
-from app.engine.one_token_bound import BOUNDARIES, PROBE_ROWS, OneTokenBound, probe_tokens
+from app.engine.one_token_bound import OneTokenBound, probe_tokens
 from app.engine.one_token_bound import remembered as remembered_bound
 from app.engine.pair_config import PairConfig
 from app.engine.prediction import PredictionProposer
@@ -96,11 +96,11 @@ class SpecSession:
         self.target_ctx = LlamaContext(self.target_model, ctx_cfg)
         self._ctx_cfg = ctx_cfg
         # Strict replies keep their verifies where this context's batches were measured to give one-token
-        # decoding's bits (a second or two on the CPU, and only where no repacking or GPU rules it out).
+        # decoding's bits: only where no repacking or GPU rules it out, seconds once per model file, build and
+        # context settings (the answer is kept in the cache folder).
         self.one_token: OneTokenBound | None = None
         if self.target_model.one_token_kernels_may_apply:
-            tokens = probe_tokens(lambda text: self.target_model.tokenize(text, add_special=False),
-                                  BOUNDARIES[-1] + PROBE_ROWS + 1)
+            tokens = probe_tokens(lambda text: self.target_model.tokenize(text, add_special=False))
             self.one_token = remembered_bound(self.target_ctx, tokens, self._probe_key(ctx_cfg),
                                               cache_dir() / "one_token_bounds.json")
         self.mtp_head: MtpContext | None = None  # made at the first `mtp` reply

@@ -8,6 +8,7 @@ from enum import Enum, auto
 
 from PySide6.QtWidgets import QWidget
 
+from app.engine.draft_policy import STRICT_PREFIX
 from app.engine.events import GovernorEvent
 from ui.base.message_bar import MessageBar
 
@@ -32,7 +33,6 @@ class BannerChoice(Enum):
 
 
 Message = tuple[str, str, tuple[str, BannerChoice] | None]
-STRICT_PREFIX = "strict: "  # how the draft policy's strict-mode decisions start (app/engine/draft_policy.py)
 
 
 def banner_message(state: SpecState) -> Message | None:
